@@ -1,0 +1,126 @@
+// megaqwen bench: prefill and decode speed of a model on a device, with achieved bandwidth against
+// the machine's measured memory bandwidth; a markdown table like llama-bench's and a JSON record.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common_options.h"
+#include "megaqwen/engine/benchmark.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/util/error.h"
+#include "megaqwen/util/memory_bandwidth.h"
+
+#ifndef MEGAQWEN_GIT_COMMIT
+#define MEGAQWEN_GIT_COMMIT "unknown"
+#endif
+
+namespace megaqwen::cli {
+
+namespace {
+
+std::vector<int> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0) fail("{}: '{}' is not a non-negative integer", flag, item);
+    if (v > 0) out.push_back(v);
+  }
+  return out;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed and achieved memory bandwidth");
+  struct Args {
+    ModelArgs model;
+    std::string prompt_lens = "128", depths = "1", json;
+    BenchPlan plan;
+    bool measure_bandwidth = true;
+  };
+  auto a = std::make_shared<Args>();
+  a->model.add_to(cmd);
+  cmd->add_option("--prompt-len", a->prompt_lens, "Prefill tests: comma-separated prompt lengths (0: none)")->capture_default_str();
+  cmd->add_option("--depth", a->depths, "Decode tests: comma-separated cache positions to decode at")->capture_default_str();
+  cmd->add_option("--tokens", a->plan.decode_tokens, "Tokens per decode measurement")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", a->plan.repeats, "Timed repeats per test (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", a->plan.warmup, "Untimed runs before each test")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", a->json, "Write the results as JSON to this file");
+  cmd->add_flag("!--no-bandwidth-probe", a->measure_bandwidth, "Skip measuring the machine's memory bandwidth");
+  cmd->callback([a] {
+    a->plan.prompt_lengths = parse_int_list(a->prompt_lens, "--prompt-len");
+    a->plan.depths = parse_int_list(a->depths, "--depth");
+    auto model = load_model(a->model.model);
+    EngineOptions options = a->model.engine;
+    if (options.context == 0) {  // just enough context for the deepest test
+      int need = 1;
+      for (int n : a->plan.prompt_lengths) need = std::max(need, n);
+      for (int d : a->plan.depths) need = std::max(need, d + a->plan.decode_tokens);
+      options.context = std::min(need, model->config.max_position_embeddings);
+    }
+    auto engine = create_engine(model, options);
+    const double weight_bytes = double(model->weights.bytes_per_token());
+
+    double bandwidth = 0;
+    if (a->measure_bandwidth) {
+      ThreadPool pool(options.threads);
+      bandwidth = measure_read_bandwidth(pool);
+    }
+    std::vector<BenchResult> results = run_benchmark(*engine, a->plan, weight_bytes);
+
+    const ModelConfig& c = model->config;
+    std::printf("\nmodel: %s (%s, %.3f B params, %.1f MB of weights read per token)\n", model->dir.string().c_str(),
+                c.model_type.c_str(), double(c.parameter_count()) / 1e9, weight_bytes / 1e6);
+    std::printf("device: %s", engine->device_name().c_str());
+    if (bandwidth > 0) std::printf(", measured memory read bandwidth %.1f GB/s", bandwidth);
+    std::printf("\n\n| test | t/s (median) | min .. max | GB/s | %% of memory BW |\n|---|---:|---:|---:|---:|\n");
+    for (const auto& r : results) {
+      std::string gb = r.is_decode ? std::to_string(r.achieved_gb_s).substr(0, 6) : "-";
+      std::string pct = r.is_decode && bandwidth > 0 ? std::to_string(100.0 * r.achieved_gb_s / bandwidth).substr(0, 5) : "-";
+      std::printf("| %s | %.2f | %.2f .. %.2f | %s | %s |\n", r.test.c_str(), r.median_tok_s, r.min_tok_s,
+                  r.max_tok_s, gb.c_str(), pct.c_str());
+    }
+    std::printf("\npp N: prefill of N prompt tokens; tgN@dD: N decode steps starting at cache position D.\n");
+
+    if (!a->json.empty()) {
+      nlohmann::ordered_json j;
+      j["date"] = utc_now();
+      j["commit"] = MEGAQWEN_GIT_COMMIT;
+      j["device"] = engine->device_name();
+      j["model"] = {{"path", model->dir.string()}, {"model_type", c.model_type}, {"parameters", c.parameter_count()},
+                    {"layers", c.num_layers}, {"hidden", c.hidden_size}, {"weight_bytes_per_token", weight_bytes}};
+      j["memory_read_bandwidth_gb_s"] = bandwidth;
+      j["plan"] = {{"decode_tokens", a->plan.decode_tokens}, {"repeats", a->plan.repeats}, {"warmup", a->plan.warmup}};
+      for (const auto& r : results)
+        j["results"].push_back({{"test", r.test}, {"kind", r.is_decode ? "decode" : "prefill"}, {"tokens", r.tokens},
+                                {"depth", r.depth}, {"median_tok_s", r.median_tok_s}, {"min_tok_s", r.min_tok_s},
+                                {"max_tok_s", r.max_tok_s}, {"median_seconds", r.median_seconds},
+                                {"bytes_per_token", r.bytes_per_token}, {"achieved_gb_s", r.achieved_gb_s},
+                                {"fraction_of_memory_bandwidth", bandwidth > 0 ? r.achieved_gb_s / bandwidth : 0.0}});
+      std::ofstream out(a->json);
+      if (!out || !(out << j.dump(2) << "\n")) fail("cannot write {}", a->json);
+    }
+  });
+}
+
+}  // namespace megaqwen::cli

@@ -1,0 +1,94 @@
+// megaqwen generate: one prompt in, tokens streamed out as they come.
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/common_options.h"
+#include "megaqwen/engine/generator.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/tokenizer/tokenizer.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cli {
+
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string prompt, ids;
+  int max_tokens = 128;
+  std::vector<std::string> stops;
+  bool print_ids = false, ignore_eos = false;
+};
+
+std::optional<Tokenizer> try_load_tokenizer(const std::filesystem::path& dir, bool required) {
+  try {
+    return Tokenizer::load(dir);
+  } catch (const Error&) {
+    if (required) throw;
+    return std::nullopt;
+  }
+}
+
+void run_generate(const GenerateArgs& a) {
+  if (a.prompt.empty() == a.ids.empty()) fail("give exactly one of --prompt TEXT or --ids \"1 2 3\"");
+  auto model = load_model(a.model.model);
+  // Text needs the tokenizer; ids work without one (then ids are printed).
+  std::optional<Tokenizer> tokenizer = try_load_tokenizer(model->dir, !a.prompt.empty() || !a.stops.empty());
+
+  GenerationRequest req;
+  req.prompt = a.prompt.empty() ? parse_token_ids(a.ids) : tokenizer->encode(a.prompt);
+  if (req.prompt.empty()) fail("the prompt is empty");
+  GenerationDefaults defaults = load_generation_defaults(model->dir);
+  req.sampling = a.sampling.resolve(defaults.sampling);
+  req.max_tokens = a.max_tokens;
+  req.stop_strings = a.stops;
+  if (!a.ignore_eos) {
+    req.eos_ids = defaults.eos_token_ids;
+    for (int32_t id : model->config.eos_token_ids) req.eos_ids.push_back(id);
+    // Qwen ends a turn with <|im_end|> and a document with <|endoftext|>: stop on either.
+    if (tokenizer)
+      for (const char* name : {"<|im_end|>", "<|endoftext|>"})
+        if (auto id = tokenizer->token_id(name)) req.eos_ids.push_back(*id);
+  }
+  const bool text_out = tokenizer && !a.print_ids;
+  if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->token_bytes(id); };
+
+  auto engine = create_engine(model, a.model.engine);
+  Generator generator(*engine);
+  GenerationResult r = generator.run(req, [&](int32_t token, std::string_view text) {
+    if (text_out) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (token >= 0) {
+      std::printf("%d ", token);
+    }
+    std::fflush(stdout);
+    return true;
+  });
+  std::printf("\n");
+  const int n = int(r.tokens.size());
+  std::fprintf(stderr,
+               "megaqwen: %s | prompt %d tokens, %.1f tok/s prefill | generated %d tokens, %.2f tok/s | "
+               "finish: %s\n",
+               engine->device_name().c_str(), r.prompt_tokens, r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), n,
+               n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, finish_reason_name(r.finish));
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt, streaming tokens");
+  auto a = std::make_shared<GenerateArgs>();
+  a->model.add_to(cmd);
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text (raw, no chat template)");
+  cmd->add_option("--ids", a->ids, "Prompt as token ids, e.g. \"151644 872 198\"");
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
+  cmd->add_flag("--print-ids", a->print_ids, "Print token ids instead of text");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");
+  a->sampling.add_to(cmd);
+  cmd->callback([a] { run_generate(*a); });
+}
+
+}  // namespace megaqwen::cli

@@ -1,0 +1,44 @@
+// megaqwen info --model DIR: what a model folder holds (shapes, parameters, bytes, dtypes).
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "megaqwen/model/model.h"
+
+namespace megaqwen::cli {
+
+void add_info_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Show a model's shapes, parameter count, bytes and dtypes");
+  auto model = std::make_shared<std::string>();
+  cmd->add_option("-m,--model", *model, "Model folder or Hugging Face id in the local cache")->required();
+  cmd->callback([model] {
+    auto m = load_model(*model);
+    const ModelConfig& c = m->config;
+    std::map<std::string, std::pair<int, uint64_t>> by_dtype;  // dtype -> (tensors, bytes)
+    for (const auto& [name, t] : m->checkpoint->tensors()) {
+      auto& e = by_dtype[dtype_name(t.dtype())];
+      e.first += 1;
+      e.second += t.byte_size();
+    }
+    std::printf("model          %s\n", m->dir.string().c_str());
+    std::printf("architecture   %s\n", c.model_type.c_str());
+    std::printf("layers         %d\n", c.num_layers);
+    std::printf("hidden         %d\n", c.hidden_size);
+    std::printf("heads          %d query, %d key/value (GQA %d), head_dim %d\n", c.num_heads, c.num_kv_heads,
+                c.num_heads / c.num_kv_heads, c.head_dim);
+    std::printf("intermediate   %d\n", c.intermediate_size);
+    std::printf("vocabulary     %d\n", c.vocab_size);
+    std::printf("context        %d (max_position_embeddings)\n", c.max_position_embeddings);
+    std::printf("rope_theta     %g\n", c.rope_theta);
+    std::printf("rms_norm_eps   %g\n", c.rms_norm_eps);
+    std::printf("lm_head        %s\n", c.tie_word_embeddings ? "tied to the embedding" : "separate");
+    std::printf("parameters     %lld (%.3f B)\n", (long long)c.parameter_count(), double(c.parameter_count()) / 1e9);
+    std::printf("files          %zu\n", m->checkpoint->files().size());
+    for (const auto& [dtype, e] : by_dtype)
+      std::printf("dtype %-8s %d tensors, %.1f MB\n", dtype.c_str(), e.first, double(e.second) / 1e6);
+    std::printf("weight bytes   %.1f MB in all, %.1f MB read per decoded token\n",
+                double(m->checkpoint->total_bytes()) / 1e6, double(m->weights.bytes_per_token()) / 1e6);
+  });
+}
+
+}  // namespace megaqwen::cli

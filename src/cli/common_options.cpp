@@ -1,0 +1,67 @@
+#include "cli/common_options.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cli {
+
+void ModelArgs::add_to(CLI::App* cmd, bool with_engine) {
+  cmd->add_option("-m,--model", model, "Model folder or Hugging Face id in the local cache")->required();
+  if (!with_engine) return;
+  cmd->add_option("-d,--device", engine.device, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("-c,--ctx", engine.context, "Context size in tokens (0: engine default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", engine.threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
+}
+
+void SamplingArgs::add_to(CLI::App* cmd) {
+  cmd->add_option("--temp", temperature, "Temperature (0: greedy); default from generation_config.json");
+  cmd->add_option("--top-k", top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--top-p", top_p, "Nucleus sampling mass (1: off)");
+  cmd->add_option("--min-p", min_p, "Drop tokens below min_p x the top probability (0: off)");
+  cmd->add_option("--repeat-penalty", repetition_penalty, "Repetition penalty (1: off)");
+  cmd->add_option("--presence-penalty", presence_penalty, "Presence penalty (0: off)");
+  cmd->add_option("--frequency-penalty", frequency_penalty, "Frequency penalty (0: off)");
+  cmd->add_option("-s,--seed", seed, "Random seed")->capture_default_str();
+  cmd->add_flag("--greedy", greedy, "Greedy decoding (same as --temp 0)");
+}
+
+SamplingParams SamplingArgs::resolve(const SamplingParams& defaults) const {
+  SamplingParams p = defaults;
+  if (temperature) p.temperature = *temperature;
+  if (top_k) p.top_k = *top_k;
+  if (top_p) p.top_p = *top_p;
+  if (min_p) p.min_p = *min_p;
+  if (repetition_penalty) p.repetition_penalty = *repetition_penalty;
+  if (presence_penalty) p.presence_penalty = *presence_penalty;
+  if (frequency_penalty) p.frequency_penalty = *frequency_penalty;
+  if (greedy) p.temperature = 0;
+  p.seed = seed;
+  p.validate();
+  return p;
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ' ' || text[i] == ',' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && !(text[j] == ' ' || text[j] == ',' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) ++j;
+    std::string word = text.substr(i, j - i);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(word.c_str(), &end, 10);
+    if (end == word.c_str() || *end != '\0' || errno == ERANGE || v < INT32_MIN || v > INT32_MAX)
+      fail("'{}' is not a token id", word);
+    ids.push_back(int32_t(v));
+    i = j;
+  }
+  return ids;
+}
+
+}  // namespace megaqwen::cli

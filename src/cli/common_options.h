@@ -1,0 +1,34 @@
+// Flags shared by several subcommands, declared once: the model and engine choice, and sampling.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megaqwen/engine/create_engine.h"
+#include "megaqwen/sampling/sampler.h"
+
+namespace megaqwen::cli {
+
+struct ModelArgs {
+  std::string model;
+  EngineOptions engine;
+  void add_to(CLI::App* cmd, bool with_engine = true);
+};
+
+// Flags left unset fall back to the model's generation_config.json, then to the library defaults.
+struct SamplingArgs {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+  std::optional<int> top_k;
+  uint64_t seed = 0;
+  bool greedy = false;
+  void add_to(CLI::App* cmd);
+  SamplingParams resolve(const SamplingParams& defaults) const;
+};
+
+// "1 2 3" or "1,2,3" -> ids; Error on anything that is not an integer.
+std::vector<int32_t> parse_token_ids(const std::string& text);
+
+}  // namespace megaqwen::cli

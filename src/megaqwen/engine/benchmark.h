@@ -1,0 +1,33 @@
+// The decode and prefill benchmark behind `megaqwen bench`, for any engine: warm-up, repeats,
+// median and spread, and achieved bandwidth (weight bytes + KV cache bytes read per token).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "megaqwen/engine/engine.h"
+
+namespace megaqwen {
+
+struct BenchPlan {
+  std::vector<int> prompt_lengths = {128};  // prefill tests
+  std::vector<int> depths = {1};            // decode tests: cache position the decode starts at
+  int decode_tokens = 32;                   // tokens per decode measurement
+  int repeats = 3;
+  int warmup = 1;
+};
+
+struct BenchResult {
+  std::string test;       // "pp128" (prefill 128 tokens) or "tg32@d1024" (decode 32 at depth 1024)
+  bool is_decode = false;
+  int tokens = 0, depth = 0;
+  double median_tok_s = 0, min_tok_s = 0, max_tok_s = 0;
+  double median_seconds = 0;           // per repeat
+  double bytes_per_token = 0;          // decode: weights + KV cache read per token (mean over the run)
+  double achieved_gb_s = 0;            // decode: bytes_per_token x median tok/s
+};
+
+// `weight_bytes_per_token`: weight bytes one decode step streams (Qwen3Weights::bytes_per_token).
+std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, double weight_bytes_per_token);
+
+}  // namespace megaqwen

@@ -1,0 +1,186 @@
+#include "megaqwen/engine/cpu_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+
+namespace {
+// Prompts are processed in chunks so activation buffers stay small for long prompts.
+constexpr int kPrefillChunk = 128;
+constexpr int kDefaultContext = 4096;
+}  // namespace
+
+CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions options)
+    : model_(std::move(model)), pool_(options.threads) {
+  const ModelConfig& c = model_->config;
+  context_ = options.context > 0 ? options.context : std::min(c.max_position_embeddings, kDefaultContext);
+  if (context_ > c.max_position_embeddings)
+    fail("context {} exceeds the model's max_position_embeddings {}", context_, c.max_position_embeddings);
+  const size_t cache_floats = size_t(c.num_layers) * size_t(context_) * size_t(c.kv_dim());
+  constexpr size_t kMaxCacheBytes = size_t(64) << 30;
+  if (2 * cache_floats * sizeof(float) > kMaxCacheBytes)
+    fail("a KV cache of {} tokens needs {:.1f} GiB on the CPU; ask for a smaller --ctx", context_,
+         2.0 * double(cache_floats) * sizeof(float) / double(1ull << 30));
+  k_cache_.assign(cache_floats, 0.0f);
+  v_cache_.assign(cache_floats, 0.0f);
+  inv_freq_ = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+  logits_.resize(size_t(c.vocab_size));
+}
+
+std::string CpuEngine::device_name() const { return "cpu (" + std::to_string(pool_.size()) + " threads)"; }
+
+void CpuEngine::check_tokens(std::span<const int32_t> tokens) const {
+  for (int32_t t : tokens)
+    if (t < 0 || t >= model_->config.vocab_size)
+      fail("token id {} is out of range (vocabulary size {})", t, model_->config.vocab_size);
+  if (int64_t(position_) + int64_t(tokens.size()) > context_)
+    fail("the context is full: {} tokens in the cache + {} new > context size {}", position_, tokens.size(), context_);
+}
+
+std::span<const float> CpuEngine::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("prefill needs at least one token");
+  forward(tokens, nullptr);
+  return logits_;
+}
+
+void CpuEngine::prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
+  if (tokens.empty()) fail("prefill needs at least one token");
+  out.resize(tokens.size() * size_t(model_->config.vocab_size));
+  forward(tokens, out.data());
+}
+
+std::span<const float> CpuEngine::decode(int32_t token) {
+  forward(std::span<const int32_t>(&token, 1), nullptr);
+  return logits_;
+}
+
+void CpuEngine::truncate(int n) {
+  if (n < 0 || n > position_) fail("cannot truncate the cache to {} tokens: it holds {}", n, position_);
+  position_ = n;  // entries past n are simply overwritten later
+}
+
+void CpuEngine::fill_cache_with_noise(int n) {
+  if (n < 0 || n > context_) fail("cannot fill the cache to {} tokens: the context holds {}", n, context_);
+  const size_t kv = size_t(model_->config.kv_dim());
+  uint32_t state = 0x12345678u;
+  for (int l = 0; l < model_->config.num_layers; ++l) {
+    for (size_t i = 0; i < size_t(n) * kv; ++i) {
+      const size_t at = size_t(l) * size_t(context_) * kv + i;
+      state = state * 1664525u + 1013904223u;  // values in [-1, 1): a realistic scale after QK-norm
+      k_cache_[at] = float(int32_t(state)) * 0x1.0p-31f;
+      v_cache_[at] = float(int32_t(state * 747796405u)) * 0x1.0p-31f;
+    }
+  }
+  position_ = n;
+}
+
+uint64_t CpuEngine::kv_bytes_per_token() const {
+  return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * sizeof(float);
+}
+
+void CpuEngine::forward(std::span<const int32_t> tokens, float* all_logits) {
+  check_tokens(tokens);
+  const size_t V = size_t(model_->config.vocab_size);
+  for (size_t begin = 0; begin < tokens.size(); begin += kPrefillChunk) {
+    auto chunk = tokens.subspan(begin, std::min<size_t>(kPrefillChunk, tokens.size() - begin));
+    forward_chunk(chunk, all_logits ? all_logits + begin * V : nullptr);
+  }
+}
+
+void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits) {
+  const ModelConfig& c = model_->config;
+  const Qwen3Weights& w = model_->weights;
+  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads, group = heads / kv_heads;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
+  const double eps = c.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(float(D));
+
+  std::vector<float> x(size_t(T * H));        // residual stream [T, H]
+  std::vector<float> h(size_t(T * H));        // normed input of a block [T, H]
+  std::vector<float> q(size_t(T * Q));        // [T, heads, D]
+  std::vector<float> k(size_t(T * KV)), v(size_t(T * KV));  // [T, kv_heads, D]
+  std::vector<float> attn(size_t(T * Q));     // attention output [T, heads, D]
+  std::vector<float> delta(size_t(T * H));    // block output added to x [T, H]
+  std::vector<float> gate(size_t(T * I)), up(size_t(T * I));  // [T, I]
+
+  // 1. Embedding lookup (no scaling).
+  for (int64_t t = 0; t < T; ++t) cpu::matrix_row(w.embed, tokens[size_t(t)], &x[size_t(t * H)]);
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Qwen3LayerWeights& L = w.layers[size_t(l)];
+    float* k_cache = &k_cache_[size_t(l) * size_t(context_) * size_t(KV)];
+    float* v_cache = &v_cache_[size_t(l) * size_t(context_) * size_t(KV)];
+
+    // 2a. Attention block: h = RMSNorm(x); q, k, v projections.
+    for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], L.input_norm, eps, H, &h[size_t(t * H)]);
+    cpu::matmul(L.q, h.data(), T, q.data(), pool_);
+    cpu::matmul(L.k, h.data(), T, k.data(), pool_);
+    cpu::matmul(L.v, h.data(), T, v.data(), pool_);
+
+    // QK-norm per head, then RoPE at the token's absolute position; append k, v to the cache.
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        float* qh = &q[size_t((t * heads + hd) * D)];
+        cpu::rms_norm(qh, L.q_norm, eps, D, qh);
+        cpu::rope(qh, D, p0 + t, inv_freq_.data());
+      }
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        float* kh = &k[size_t((t * kv_heads + g) * D)];
+        cpu::rms_norm(kh, L.k_norm, eps, D, kh);
+        cpu::rope(kh, D, p0 + t, inv_freq_.data());
+      }
+      std::memcpy(k_cache + (p0 + t) * KV, &k[size_t(t * KV)], size_t(KV) * sizeof(float));
+      std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));
+    }
+
+    // Causal attention: token t sees cache positions 0..p0+t; query head hd reads kv head hd/group.
+    pool_.parallel_for(size_t(T * heads), [&](size_t i0, size_t i1) {
+      std::vector<float> scores(size_t(p0 + T));
+      for (size_t i = i0; i < i1; ++i) {
+        const int64_t t = int64_t(i) / heads, hd = int64_t(i) % heads, g = hd / group, n = p0 + t + 1;
+        const float* qh = &q[size_t((t * heads + hd) * D)];
+        float max_score = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          scores[size_t(j)] = cpu::dot(qh, k_cache + j * KV + g * D, D) * scale;
+          max_score = std::max(max_score, scores[size_t(j)]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
+        float* out = &attn[size_t((t * heads + hd) * D)];
+        std::fill(out, out + D, 0.0f);
+        for (int64_t j = 0; j < n; ++j) cpu::axpy(scores[size_t(j)] / sum, v_cache + j * KV + g * D, out, D);
+      }
+    });
+
+    // x = x + attn Wo^T
+    cpu::matmul(L.o, attn.data(), T, delta.data(), pool_);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+
+    // 2b. MLP block: x = x + (silu(h Wg^T) * (h Wu^T)) Wd^T with h = RMSNorm(x).
+    for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], L.post_norm, eps, H, &h[size_t(t * H)]);
+    cpu::matmul(L.gate, h.data(), T, gate.data(), pool_);
+    cpu::matmul(L.up, h.data(), T, up.data(), pool_);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = cpu::silu(gate[i]) * up[i];
+    cpu::matmul(L.down, gate.data(), T, delta.data(), pool_);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+  }
+
+  // 3. logits = RMSNorm(x) E^T, for every token or only the last.
+  const int64_t first = all_logits ? 0 : T - 1;
+  for (int64_t t = first; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], w.final_norm, eps, H, &h[size_t(t * H)]);
+  if (all_logits) {
+    cpu::matmul(w.lm_head, h.data(), T, all_logits, pool_);
+    std::copy_n(all_logits + (T - 1) * c.vocab_size, c.vocab_size, logits_.data());
+  } else {
+    cpu::matmul(w.lm_head, &h[size_t((T - 1) * H)], 1, logits_.data(), pool_);
+  }
+  position_ += int(T);
+}
+
+}  // namespace megaqwen

@@ -1,0 +1,53 @@
+// CpuEngine: the Qwen3 forward pass in fp32 on the CPU. It is the oracle every GPU path is tested
+// against, so it is written for clarity: forward() below reads like the model's math in
+// ../shared/docs/qwen-models.md, and each operation is one function in cpu_ops.h.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "megaqwen/engine/engine.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/util/thread_pool.h"
+
+namespace megaqwen {
+
+struct CpuEngineOptions {
+  int context = 0;  // KV cache capacity; 0: min(max_position_embeddings, 4096)
+  int threads = 0;  // 0: one per hardware thread
+};
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions options = {});
+
+  const ModelConfig& config() const override { return model_->config; }
+  std::string device_name() const override;
+  int context_size() const override { return context_; }
+  int position() const override { return position_; }
+
+  std::span<const float> prefill(std::span<const int32_t> tokens) override;
+  void prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) override;
+  std::span<const float> decode(int32_t token) override;
+  void truncate(int n) override;
+  void fill_cache_with_noise(int n) override;
+  uint64_t kv_bytes_per_token() const override;
+
+ private:
+  // Runs `tokens` at positions position_.. and advances position_. Writes logits for every token to
+  // `all_logits` when given, and the last token's logits to logits_.
+  void forward(std::span<const int32_t> tokens, float* all_logits);
+  void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
+  void check_tokens(std::span<const int32_t> tokens) const;
+
+  std::shared_ptr<const Model> model_;
+  ThreadPool pool_;
+  int context_ = 0;
+  int position_ = 0;
+  std::vector<float> inv_freq_;     // [D/2] RoPE frequencies
+  std::vector<float> k_cache_;      // [L, context, kv_heads, D]: k after norm and RoPE
+  std::vector<float> v_cache_;      // [L, context, kv_heads, D]
+  std::vector<float> logits_;       // [V]
+};
+
+}  // namespace megaqwen

@@ -1,0 +1,125 @@
+#include "megaqwen/engine/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "megaqwen/util/bf16.h"
+
+// The hot loops get an AVX2+FMA clone picked at load time, so one binary runs on any x86-64 and is
+// fast on the machines we have. Accumulating in 16 independent lanes lets the compiler vectorize
+// without -ffast-math; the result does not depend on the thread count.
+#if defined(__x86_64__) && !defined(__clang__)
+#define MQ_VECTOR_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define MQ_VECTOR_CLONES
+#endif
+
+namespace megaqwen::cpu {
+
+namespace {
+
+constexpr int kLanes = 16;
+
+template <typename Load>
+inline float dot_lanes(Load load, const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += load(i + j) * x[i + j];
+  float sum = 0;
+  for (int j = 0; j < kLanes; ++j) sum += acc[j];
+  for (; i < n; ++i) sum += load(i) * x[i];
+  return sum;
+}
+
+MQ_VECTOR_CLONES float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
+  return dot_lanes([w](int64_t i) { return bf16_to_f32(w[i]); }, x, n);
+}
+MQ_VECTOR_CLONES float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+  return dot_lanes([w](int64_t i) { return f16_to_f32(w[i]); }, x, n);
+}
+MQ_VECTOR_CLONES float dot_f32(const float* w, const float* x, int64_t n) {
+  return dot_lanes([w](int64_t i) { return w[i]; }, x, n);
+}
+
+float dot_row(const WeightMatrix& w, int64_t row, const float* x) {
+  const uint8_t* p = w.data + uint64_t(row) * uint64_t(w.cols) * dtype_size(w.dtype);
+  switch (w.dtype) {
+    case DType::BF16: return dot_bf16(reinterpret_cast<const uint16_t*>(p), x, w.cols);
+    case DType::F16: return dot_f16(reinterpret_cast<const uint16_t*>(p), x, w.cols);
+    default: return dot_f32(reinterpret_cast<const float*>(p), x, w.cols);
+  }
+}
+
+}  // namespace
+
+float weight_at(const WeightVector& w, int64_t i) {
+  switch (w.dtype) {
+    case DType::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(w.data)[i]);
+    case DType::F16: return f16_to_f32(reinterpret_cast<const uint16_t*>(w.data)[i]);
+    default: return reinterpret_cast<const float*>(w.data)[i];
+  }
+}
+
+void matrix_row(const WeightMatrix& w, int64_t row, float* out) {
+  WeightVector v{w.data + uint64_t(row) * uint64_t(w.cols) * dtype_size(w.dtype), w.dtype, w.cols};
+  for (int64_t i = 0; i < w.cols; ++i) out[i] = weight_at(v, i);
+}
+
+void rms_norm(const float* x, const WeightVector& w, double eps, int64_t n, float* out) {
+  double sum_sq = 0;  // fp64 for the sum keeps the reference independent of summation order
+  for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+  const float scale = float(1.0 / std::sqrt(sum_sq / double(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight_at(w, i) * (x[i] * scale);
+}
+
+void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
+  const int64_t rows = w.rows, cols = w.cols;
+  if (tokens == 1) {
+    pool.parallel_for(size_t(rows), [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) out[r] = dot_row(w, int64_t(r), in);
+    }, 64);
+    return;
+  }
+  // Batched: convert a tile of weight rows to fp32 once, then use it for every token.
+  constexpr int64_t kTileRows = 16;
+  pool.parallel_for(size_t((rows + kTileRows - 1) / kTileRows), [&](size_t b0, size_t b1) {
+    std::vector<float> tile(size_t(kTileRows * cols));
+    for (size_t b = b0; b < b1; ++b) {
+      const int64_t r0 = int64_t(b) * kTileRows, nr = std::min(kTileRows, rows - r0);
+      for (int64_t r = 0; r < nr; ++r) matrix_row(w, r0 + r, tile.data() + r * cols);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < nr; ++r)
+          out[t * rows + r0 + r] = dot_f32(tile.data() + r * cols, in + t * cols, cols);
+    }
+  });
+}
+
+std::vector<float> rope_inv_freq(int64_t head_dim, double theta) {
+  // fp32 throughout, as transformers computes it: theta^(2i/D) in fp32, then its reciprocal.
+  std::vector<float> inv(size_t(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    inv[size_t(i)] = 1.0f / std::pow(float(theta), float(2 * i) / float(head_dim));
+  return inv;
+}
+
+void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    // fp32 angle (position * inv_freq), as transformers forms it; long positions depend on this.
+    const float angle = float(position) * inv_freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = head[i], b = head[i + half];
+    head[i] = a * c - b * s;
+    head[i + half] = b * c + a * s;
+  }
+}
+
+MQ_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
+
+MQ_VECTOR_CLONES void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace megaqwen::cpu

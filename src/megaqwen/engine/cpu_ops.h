@@ -1,0 +1,35 @@
+// The operations of the CPU reference engine, one function each, in fp32 arithmetic over weights
+// stored as BF16, F16 or F32. Written to read like the math; the dot products are the only place
+// that cares about speed (they are vectorized, and matmul splits rows across the thread pool).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "megaqwen/model/qwen3_weights.h"
+#include "megaqwen/util/thread_pool.h"
+
+namespace megaqwen::cpu {
+
+// Element i of a stored vector, as fp32.
+float weight_at(const WeightVector& w, int64_t i);
+// Row `row` of a stored matrix, converted to fp32 into out[cols].
+void matrix_row(const WeightMatrix& w, int64_t row, float* out);
+
+// out[n] = w * (x * rsqrt(mean(x^2) + eps)); x and out may alias.
+void rms_norm(const float* x, const WeightVector& w, double eps, int64_t n, float* out);
+
+// out[t, :] = in[t, :] W^T for t < tokens: W is [rows, cols], in is [tokens, cols], out [tokens, rows].
+void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool);
+
+// RoPE frequencies theta^(-2i/D) for i < D/2.
+std::vector<float> rope_inv_freq(int64_t head_dim, double theta);
+// Rotate-half RoPE on one head: pairs (i, i + D/2), angle = position * inv_freq[i].
+void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq);
+
+float dot(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
+
+inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+
+}  // namespace megaqwen::cpu

@@ -1,0 +1,139 @@
+#include "megaqwen/engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Length of the longest prefix of `text` made of whole UTF-8 characters (a truncated character at
+// the end is held back; invalid bytes are passed through so nothing stalls forever).
+size_t complete_utf8_prefix(std::string_view text) {
+  size_t n = text.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(text[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Eos: return "stop";
+    case FinishReason::StopString: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::ContextFull: return "context_full";
+  }
+  return "?";
+}
+
+void Generator::reset() {
+  engine_.truncate(0);
+  cached_.clear();
+}
+
+GenerationResult Generator::run(const GenerationRequest& req, const TokenCallback& on_token) {
+  const auto start = std::chrono::steady_clock::now();
+  if (req.prompt.empty()) fail("the prompt is empty");
+  if (req.max_tokens < 0) fail("max_tokens must be >= 0, got {}", req.max_tokens);
+  if (!req.stop_strings.empty() && !req.token_bytes) fail("stop strings need the tokenizer");
+  for (const auto& s : req.stop_strings)
+    if (s.empty()) fail("stop strings must not be empty");
+  if (int64_t(req.prompt.size()) > engine_.context_size())
+    fail("the prompt has {} tokens but the context holds {}", req.prompt.size(), engine_.context_size());
+  Sampler sampler(req.sampling);
+
+  GenerationResult result;
+  result.prompt_tokens = int(req.prompt.size());
+
+  // Reuse the longest cached prefix, but always prefill at least one token to get fresh logits.
+  size_t common = 0;
+  const size_t limit = std::min(cached_.size(), req.prompt.size() - 1);
+  while (common < limit && cached_[common] == req.prompt[common]) ++common;
+  engine_.truncate(int(common));
+  cached_.resize(common);
+  result.reused_tokens = int(common);
+
+  std::span<const int32_t> fresh(req.prompt.data() + common, req.prompt.size() - common);
+  std::vector<float> logits;
+  {
+    auto out = engine_.prefill(fresh);
+    logits.assign(out.begin(), out.end());
+  }
+  cached_.insert(cached_.end(), fresh.begin(), fresh.end());
+  result.prefill_seconds = seconds_since(start);
+
+  // Penalties see the prompt and the output, as transformers does.
+  std::vector<int32_t> history = req.prompt;
+  std::string pending;  // generated text not yet handed to the callback
+  size_t longest_stop = 0;
+  for (const auto& s : req.stop_strings) longest_stop = std::max(longest_stop, s.size());
+
+  const auto decode_start = std::chrono::steady_clock::now();
+  result.finish = FinishReason::Length;
+  for (int produced = 0; produced < req.max_tokens; ++produced) {
+    const int32_t token = sampler.sample(logits, history);
+    if (produced == 0) result.first_token_seconds = seconds_since(start);
+    if (std::find(req.eos_ids.begin(), req.eos_ids.end(), token) != req.eos_ids.end()) {
+      result.finish = FinishReason::Eos;
+      break;
+    }
+    result.tokens.push_back(token);
+    history.push_back(token);
+
+    std::string_view emit;
+    bool stopped = false;
+    if (req.token_bytes) {
+      pending += req.token_bytes(token);
+      // A stop string ends the output just before it.
+      size_t cut = std::string::npos;
+      for (const auto& s : req.stop_strings) cut = std::min(cut, pending.find(s));
+      if (cut != std::string::npos) {
+        pending.resize(cut);
+        stopped = true;
+      }
+      // Hold back a tail that could still grow into a stop string, and any partial character.
+      size_t ready = stopped ? pending.size() : pending.size() - std::min(pending.size(), longest_stop ? longest_stop - 1 : 0);
+      ready = complete_utf8_prefix(std::string_view(pending).substr(0, ready));
+      result.text += pending.substr(0, ready);
+      emit = std::string_view(result.text).substr(result.text.size() - ready);
+      pending.erase(0, ready);
+    }
+    if (on_token && !on_token(token, emit)) {
+      result.finish = FinishReason::Cancelled;
+      break;
+    }
+    if (stopped) {
+      result.finish = FinishReason::StopString;
+      break;
+    }
+    if (produced + 1 == req.max_tokens) break;  // no need to run the model for a token never sampled
+    if (engine_.position() >= engine_.context_size()) {
+      result.finish = FinishReason::ContextFull;
+      break;
+    }
+    auto out = engine_.decode(token);
+    logits.assign(out.begin(), out.end());
+    cached_.push_back(token);
+  }
+  if (result.finish != FinishReason::StopString && !pending.empty()) {
+    result.text += pending;
+    if (on_token) on_token(-1, std::string_view(result.text).substr(result.text.size() - pending.size()));
+  }
+  result.decode_seconds = seconds_since(decode_start);
+  return result;
+}
+
+}  // namespace megaqwen

@@ -1,0 +1,59 @@
+// Generator: runs generation requests on one engine and remembers which tokens its KV cache holds,
+// so a prompt that extends the previous conversation only prefills the new part (chat turns,
+// the server's prefix reuse). Stops on an eos id, the token budget, a stop string, or the caller.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megaqwen/engine/engine.h"
+#include "megaqwen/sampling/sampler.h"
+
+namespace megaqwen {
+
+enum class FinishReason { Eos, Length, StopString, Cancelled, ContextFull };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", ...
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;             // the whole prompt, including any earlier turns
+  int max_tokens = 256;                    // budget of generated tokens
+  SamplingParams sampling;
+  std::vector<int32_t> eos_ids;            // generation stops on any of these (not emitted)
+  std::vector<std::string> stop_strings;   // stops when the output text contains one (not emitted)
+  // The raw bytes of a token (Tokenizer::token_bytes); needed for text and stop strings.
+  std::function<std::string_view(int32_t)> token_bytes;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;   // generated, excluding a final eos
+  std::string text;              // output text up to any stop string (when token_bytes was given)
+  FinishReason finish = FinishReason::Length;
+  int prompt_tokens = 0;
+  int reused_tokens = 0;         // prompt tokens already in the cache, not prefilled again
+  double prefill_seconds = 0, decode_seconds = 0;
+  double first_token_seconds = 0;  // request start to the first generated token
+};
+
+// Called per generated token with the text it completes (whole UTF-8 characters, held back while it
+// could still be the start of a stop string). Return false to cancel.
+using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
+
+class Generator {
+ public:
+  explicit Generator(Engine& engine) : engine_(engine) {}
+
+  GenerationResult run(const GenerationRequest& request, const TokenCallback& on_token = {});
+  // Makes the cache hold exactly `prompt` minus its last token at most, returning how many tokens
+  // were reused; the remaining tokens are prefilled by run().
+  const std::vector<int32_t>& cached_tokens() const { return cached_; }
+  void reset();
+  Engine& engine() { return engine_; }
+
+ private:
+  Engine& engine_;
+  std::vector<int32_t> cached_;  // the tokens in the engine's cache, in order
+};
+
+}  // namespace megaqwen

@@ -1,0 +1,14 @@
+#include "megaqwen/model/model.h"
+
+namespace megaqwen {
+
+std::shared_ptr<const Model> load_model(const std::string& model_arg) {
+  auto model = std::make_shared<Model>();
+  model->dir = resolve_model_dir(model_arg);
+  model->config = load_model_config(model->dir);
+  model->checkpoint = Checkpoint::open(model->dir);
+  model->weights = bind_qwen3_weights(*model->checkpoint, model->config);
+  return model;
+}
+
+}  // namespace megaqwen

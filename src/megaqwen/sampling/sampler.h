@@ -1,0 +1,58 @@
+// Sampler: turns the logits of one position into the next token id.
+// Order, as transformers applies it: penalties (repetition, presence, frequency) on the raw logits,
+// then temperature, then the top-k, top-p and min-p filters, then a draw. Temperature 0 is greedy
+// (argmax, lowest id on ties, so runs are reproducible and match the GPU engines).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace megaqwen {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // 1: off; divides positive logits of seen tokens, multiplies negative ones
+  float presence_penalty = 0.0f;    // subtracted once from every seen token (OpenAI convention)
+  float frequency_penalty = 0.0f;   // subtracted per occurrence of a seen token
+  uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 0.0f; }
+  void validate() const;  // throws Error naming the bad field
+};
+
+// Sampling defaults and stop ids from a model folder's generation_config.json (absent file: Qwen's
+// thinking-mode defaults are NOT assumed; plain temperature 1 sampling).
+struct GenerationDefaults {
+  SamplingParams sampling;
+  std::vector<int32_t> eos_token_ids;
+};
+GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  const SamplingParams& params() const { return params_; }
+  // `logits` is modified in place (penalties, temperature, filters). `history` holds the tokens the
+  // penalties look at (prompt and generated, as transformers does for the repetition penalty).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+ private:
+  double next_uniform();  // [0, 1), from the seeded generator
+
+  SamplingParams params_;
+  uint64_t state_[4];
+  std::vector<int32_t> order_;  // scratch: candidate ids
+  std::vector<int32_t> counts_; // scratch: occurrences per id
+};
+
+// Index of the largest value, lowest index on ties.
+int32_t argmax(std::span<const float> values);
+
+}  // namespace megaqwen
