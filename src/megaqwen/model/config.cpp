@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/json_excerpt.h"
 
 namespace megaqwen {
 
@@ -33,29 +34,29 @@ struct FieldReader {
     return v ? checked_int(key, *v, lo, hi) : fallback;
   }
   int checked_int(const char* key, const json& v, int64_t lo, int64_t hi) const {
-    if (!v.is_number_integer()) fail("{}: field '{}' must be an integer, got {}", source, key, v.dump());
+    if (!v.is_number_integer()) fail("{}: field '{}' must be an integer, got {}", source, key, json_excerpt(v));
     int64_t x = v.get<int64_t>();
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) x = hi + 1;
-    if (x < lo || x > hi) fail("{}: field '{}' = {} is out of range [{}, {}]", source, key, v.dump(), lo, hi);
+    if (x < lo || x > hi) fail("{}: field '{}' = {} is out of range [{}, {}]", source, key, json_excerpt(v), lo, hi);
     return int(x);
   }
   double number(const char* key, double lo, double hi) const {
     const json& v = require(key);
-    if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", source, key, v.dump());
+    if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", source, key, json_excerpt(v));
     double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) fail("{}: field '{}' = {} is out of range [{}, {}]", source, key, v.dump(), lo, hi);
+    if (!(x >= lo && x <= hi)) fail("{}: field '{}' = {} is out of range [{}, {}]", source, key, json_excerpt(v), lo, hi);
     return x;
   }
   bool boolean_or(const char* key, bool fallback) const {
     const json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_boolean()) fail("{}: field '{}' must be true or false, got {}", source, key, v->dump());
+    if (!v->is_boolean()) fail("{}: field '{}' must be true or false, got {}", source, key, json_excerpt(*v));
     return v->get<bool>();
   }
   std::string string_or(const char* key, const std::string& fallback) const {
     const json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_string()) fail("{}: field '{}' must be a string, got {}", source, key, v->dump());
+    if (!v->is_string()) fail("{}: field '{}' must be a string, got {}", source, key, json_excerpt(*v));
     return v->get<std::string>();
   }
 };
@@ -105,7 +106,17 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
   c.intermediate_size = f.integer("intermediate_size", 1, 1 << 20);
   c.vocab_size = f.integer("vocab_size", 1, 1 << 24);
   c.max_position_embeddings = f.integer("max_position_embeddings", 1, 1 << 24);
-  c.rope_theta = f.number("rope_theta", 1.0, 1e12);
+  // transformers >= 5 writes RoPE settings under rope_parameters; published Qwen3 configs have a
+  // top-level rope_theta (and rope_scaling). Accept both, refuse anything but plain RoPE.
+  if (const json* rp = f.find("rope_parameters")) {
+    if (!rp->is_object()) fail("{}: field 'rope_parameters' must be an object", source);
+    FieldReader rope{*rp, source};
+    if (std::string type = rope.string_or("rope_type", "default"); type != "default")
+      fail("{}: rope_parameters.rope_type '{}' is not supported (only plain RoPE)", source, type);
+    c.rope_theta = f.find("rope_theta") ? f.number("rope_theta", 1.0, 1e12) : rope.number("rope_theta", 1.0, 1e12);
+  } else {
+    c.rope_theta = f.number("rope_theta", 1.0, 1e12);
+  }
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-12, 1.0);
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
   c.torch_dtype = f.string_or("torch_dtype", f.string_or("dtype", ""));
@@ -121,7 +132,7 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
   if (f.boolean_or("attention_bias", false)) fail("{}: attention_bias = true is not supported", source);
   if (f.boolean_or("use_sliding_window", false)) fail("{}: use_sliding_window = true is not supported", source);
   if (const json* rs = f.find("rope_scaling"); rs && !(rs->is_object() && rs->empty()))
-    fail("{}: rope_scaling {} is not supported (only plain RoPE)", source, rs->dump());
+    fail("{}: rope_scaling {} is not supported (only plain RoPE)", source, json_excerpt(*rs));
 
   c.bos_token_id = f.integer_or("bos_token_id", -1, -1, c.vocab_size - 1);
   if (const json* eos = f.find("eos_token_id")) {

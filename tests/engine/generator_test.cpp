@@ -1,0 +1,170 @@
+// Generator: stop conditions, stop strings with held-back text, UTF-8 safety and prefix reuse,
+// over a scripted engine whose next token is fully determined (so every expectation is exact).
+#include "megaqwen/engine/generator.h"
+
+#include <gtest/gtest.h>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+namespace {
+
+// Greedy-predictable engine: after token t the argmax is next_[t]; records what it was asked to run.
+class ScriptedEngine final : public Engine {
+ public:
+  explicit ScriptedEngine(int vocab, int context) : context_(context), logits_(size_t(vocab)) {
+    config_.vocab_size = vocab;
+    next_.resize(size_t(vocab));
+    for (int i = 0; i < vocab; ++i) next_[size_t(i)] = (i + 1) % vocab;
+  }
+  std::vector<int32_t> next_;
+  std::vector<std::vector<int32_t>> prefills;  // each prefill call's tokens
+  int decodes = 0;
+
+  const ModelConfig& config() const override { return config_; }
+  std::string device_name() const override { return "scripted"; }
+  int context_size() const override { return context_; }
+  int position() const override { return position_; }
+  std::span<const float> prefill(std::span<const int32_t> tokens) override {
+    if (position_ + int(tokens.size()) > context_) fail("context full");
+    prefills.emplace_back(tokens.begin(), tokens.end());
+    position_ += int(tokens.size());
+    return point_at(next_[size_t(tokens.back())]);
+  }
+  void prefill_all_logits(std::span<const int32_t>, std::vector<float>&) override { fail("unused"); }
+  std::span<const float> decode(int32_t token) override {
+    if (position_ + 1 > context_) fail("context full");
+    ++decodes;
+    ++position_;
+    return point_at(next_[size_t(token)]);
+  }
+  void truncate(int n) override { position_ = n; }
+  void fill_cache_with_noise(int n) override { position_ = n; }
+  uint64_t kv_bytes_per_token() const override { return 0; }
+
+ private:
+  std::span<const float> point_at(int32_t id) {
+    std::fill(logits_.begin(), logits_.end(), 0.0f);
+    logits_[size_t(id)] = 10.0f;
+    return logits_;
+  }
+  ModelConfig config_;
+  int context_, position_ = 0;
+  std::vector<float> logits_;
+};
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+TEST(Generator, StopsAtTheTokenBudget) {
+  ScriptedEngine engine(100, 64);
+  Generator g(engine);
+  auto r = g.run(greedy({5, 6}, 4));
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{7, 8, 9, 10}));
+  EXPECT_EQ(r.finish, FinishReason::Length);
+  EXPECT_EQ(engine.decodes, 3);  // the last sampled token is never run through the model
+}
+
+TEST(Generator, StopsAtAnyEosIdWithoutEmittingIt) {
+  ScriptedEngine engine(100, 64);
+  Generator g(engine);
+  auto req = greedy({5}, 50);
+  req.eos_ids = {99, 9};
+  auto r = g.run(req);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{6, 7, 8}));
+  EXPECT_EQ(r.finish, FinishReason::Eos);
+  EXPECT_STREQ(finish_reason_name(r.finish), "stop");
+}
+
+TEST(Generator, StopStringEndsTheTextBeforeItAndNeverStreamsIt) {
+  ScriptedEngine engine(100, 64);
+  Generator g(engine);
+  // token i prints as a letter; "cd" spans two tokens.
+  auto req = greedy({0}, 20);
+  req.token_bytes = [](int32_t id) -> std::string_view {
+    static const std::string letters = "abcdefghijklmnopqrstuvwxyz";
+    return std::string_view(letters).substr(size_t(id % 26), 1);
+  };
+  req.stop_strings = {"cd", "zzz"};
+  std::string streamed;
+  auto r = g.run(req, [&](int32_t, std::string_view text) {
+    streamed += text;
+    return true;
+  });
+  EXPECT_EQ(r.text, "b");
+  EXPECT_EQ(streamed, "b");
+  EXPECT_EQ(r.finish, FinishReason::StopString);
+}
+
+TEST(Generator, StreamsOnlyWholeUtf8Characters) {
+  ScriptedEngine engine(10, 64);
+  Generator g(engine);
+  // "é" (C3 A9) and "€" (E2 82 AC) split across tokens.
+  static const std::vector<std::string> pieces = {"x", "\xC3", "\xA9", "\xE2", "\x82", "\xAC", "!", "y", "z", "w"};
+  auto req = greedy({0}, 6);
+  req.token_bytes = [](int32_t id) -> std::string_view { return pieces[size_t(id)]; };
+  std::vector<std::string> chunks;
+  auto r = g.run(req, [&](int32_t, std::string_view text) {
+    chunks.emplace_back(text);
+    return true;
+  });
+  EXPECT_EQ(r.text, "\xC3\xA9\xE2\x82\xAC!");
+  EXPECT_EQ(chunks, (std::vector<std::string>{"", "\xC3\xA9", "", "", "\xE2\x82\xAC", "!"}));
+}
+
+TEST(Generator, ReusesTheCachedPrefixOfTheNextPrompt) {
+  ScriptedEngine engine(100, 64);
+  Generator g(engine);
+  auto first = g.run(greedy({1, 2, 3}, 3));  // generates 4 5 6; the cache holds 1 2 3 4 5
+  EXPECT_EQ(first.reused_tokens, 0);
+  EXPECT_EQ(g.cached_tokens(), (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  // The next turn: the whole conversation so far plus new tokens.
+  auto second = g.run(greedy({1, 2, 3, 4, 5, 6, 40, 41}, 1));
+  EXPECT_EQ(second.reused_tokens, 5);
+  EXPECT_EQ(engine.prefills.back(), (std::vector<int32_t>{6, 40, 41}));
+  EXPECT_EQ(second.tokens, (std::vector<int32_t>{42}));
+  // A prompt that diverges early rolls the cache back to the shared part.
+  auto third = g.run(greedy({1, 2, 9}, 1));
+  EXPECT_EQ(third.reused_tokens, 2);
+  EXPECT_EQ(engine.prefills.back(), (std::vector<int32_t>{9}));
+  // The same prompt again still prefills its last token to get fresh logits.
+  auto fourth = g.run(greedy({1, 2, 9}, 1));
+  EXPECT_EQ(fourth.reused_tokens, 2);
+  EXPECT_EQ(fourth.tokens, third.tokens);
+}
+
+TEST(Generator, CallbackCanCancel) {
+  ScriptedEngine engine(100, 64);
+  Generator g(engine);
+  int calls = 0;
+  auto r = g.run(greedy({1}, 50), [&](int32_t, std::string_view) { return ++calls < 3; });
+  EXPECT_EQ(r.finish, FinishReason::Cancelled);
+  EXPECT_EQ(r.tokens.size(), 3u);
+}
+
+TEST(Generator, StopsWhenTheContextIsFull) {
+  ScriptedEngine engine(100, 8);
+  Generator g(engine);
+  auto r = g.run(greedy({1, 2, 3}, 50));
+  EXPECT_EQ(r.finish, FinishReason::ContextFull);
+  EXPECT_EQ(r.tokens.size(), 6u);  // 3 prompt + 5 decoded fill the 8 slots; the 6th is sampled last
+}
+
+TEST(Generator, RejectsBadRequests) {
+  ScriptedEngine engine(100, 8);
+  Generator g(engine);
+  EXPECT_THROW(g.run(greedy({}, 5)), Error);
+  EXPECT_THROW(g.run(greedy({1}, -1)), Error);
+  EXPECT_THROW(g.run(greedy(std::vector<int32_t>(9, 1), 1)), Error);  // longer than the context
+  auto req = greedy({1}, 5);
+  req.stop_strings = {"x"};  // stop strings without token bytes
+  EXPECT_THROW(g.run(req), Error);
+}
+
+}  // namespace
+}  // namespace megaqwen

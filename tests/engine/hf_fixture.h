@@ -1,0 +1,84 @@
+// Reading the Hugging Face parity fixtures (tests/fixtures/hf, made by tools/make_hf_fixtures.py) and
+// the comparison metric the engine tests share.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_paths.h"
+
+namespace megaqwen::test {
+
+inline std::filesystem::path hf_fixtures_dir() { return fixtures_dir() / "hf"; }
+
+// The case folders (each has config.json and expected.json), sorted by name.
+inline std::vector<std::string> hf_fixture_cases() {
+  std::vector<std::string> cases;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(hf_fixtures_dir(), ec))
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "expected.json"))
+      cases.push_back(entry.path().filename().string());
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+// A raw little-endian float32 file.
+inline std::vector<float> read_f32_file(const std::filesystem::path& path) {
+  static_assert(std::endian::native == std::endian::little, "the fixtures are little-endian float32");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  const auto bytes = static_cast<size_t>(in.tellg());
+  if (bytes % sizeof(float) != 0) throw std::runtime_error(path.string() + ": size is not a multiple of 4");
+  std::vector<float> out(bytes / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(out.data()), std::streamsize(bytes));
+  return out;
+}
+
+// The comparison metric: max|a - b| / max|b| over one position's logits, b the reference.
+//
+// Both sides compute in fp32 from the same stored weights (upcast exactly), so they differ only by the
+// order of summation (vectorized dot products, a different softmax/attention loop, chunked prefill):
+// about 1e-7 relative per op, growing to ~1e-6 over a few layers. 1e-4 leaves ample room for that
+// while any real mistake (a wrong RoPE pairing or theta, a missing norm weight, a wrong kv head, an
+// off-by-one in the causal mask) moves logits by 1e-2 or more relative.
+inline constexpr double kLogitTolerance = 1e-4;
+
+inline double relative_max_error(std::span<const float> actual, std::span<const float> expected) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double a = actual[i], b = expected[i];
+    max_diff = std::max(max_diff, std::isfinite(a) ? std::abs(a - b) : INFINITY);
+    max_ref = std::max(max_ref, std::abs(b));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+// The greedy choice: the highest logit, the lowest id on ties.
+inline int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+}  // namespace megaqwen::test
