@@ -11,6 +11,8 @@ void add_synth_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace megaqwen::cli

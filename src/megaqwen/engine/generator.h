@@ -50,6 +50,7 @@ class Generator {
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
   void reset();
   Engine& engine() { return engine_; }
+  const Engine& engine() const { return engine_; }
 
  private:
   Engine& engine_;

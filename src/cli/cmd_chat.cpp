@@ -1,0 +1,188 @@
+// megaqwen chat: an interactive multi-turn chat in the terminal. Streams the answer, shows thinking
+// dimmed, reuses the KV cache of earlier turns, and takes commands (/think, /no_think, /reset,
+// /system TEXT, /stats, /quit). Ctrl-C stops the current answer, not the program. With stdin not a
+// terminal it reads one user message per line, so a scripted session is a test.
+#include <editline/readline.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/common_options.h"
+#include "megaqwen/engine/chat_session.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted = true; }
+
+struct ChatArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string system;
+  int max_tokens = 2048;
+  bool no_think = false, plain = false;
+};
+
+// Reads one line: libedit with history on a terminal, plain getline otherwise.
+bool read_line(bool interactive, std::string& line) {
+  if (interactive) {
+    char* input = readline(">>> ");
+    if (!input) return false;
+    line = input;
+    std::free(input);
+    if (!line.empty()) add_history(line.c_str());
+    return true;
+  }
+  return bool(std::getline(std::cin, line));
+}
+
+// Prints a streamed reply, dimming the thinking part on a terminal.
+class ReplyPrinter {
+ public:
+  explicit ReplyPrinter(bool color) : color_(color) {}
+  void print(std::string_view text) {
+    seen_ += text;
+    if (color_ && !dim_ && !closed_ && seen_.find("<think>") != std::string::npos) {
+      std::fputs("\x1b[2m", stdout);
+      dim_ = true;
+    }
+    if (dim_ && !closed_) {
+      if (size_t end = seen_.find("</think>"); end != std::string::npos) {
+        // Print up to and including the tag dimmed, the rest plain.
+        size_t tag_end = end + 8, chunk_start = seen_.size() - text.size();
+        size_t split = tag_end > chunk_start ? tag_end - chunk_start : 0;
+        std::fwrite(text.data(), 1, split, stdout);
+        std::fputs("\x1b[0m", stdout);
+        closed_ = true;
+        text = text.substr(split);
+      }
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (dim_ && !closed_) std::fputs("\x1b[0m", stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  bool color_, dim_ = false, closed_ = false;
+  std::string seen_;
+};
+
+void print_stats(const ChatSession& s) {
+  const ChatTurnStats& t = s.last_turn();
+  const int prefilled = t.prompt_tokens - t.reused_tokens;
+  std::printf("[stats] context %d / %d tokens | last turn: prompt %d tokens (%d reused from the cache, %d prefilled, "
+              "%.1f tok/s) | generated %d tokens (%.2f tok/s) | finish %s\n",
+              s.tokens_in_context(), s.context_size(), t.prompt_tokens, t.reused_tokens, prefilled,
+              prefilled / std::max(t.prefill_seconds, 1e-9), t.generated_tokens,
+              t.generated_tokens > 1 ? (t.generated_tokens - 1) / std::max(t.decode_seconds, 1e-9) : 0.0,
+              finish_reason_name(t.finish));
+  std::fflush(stdout);
+}
+
+void run_chat(const ChatArgs& a) {
+  auto model = load_model(a.model.model);
+  Tokenizer tokenizer = Tokenizer::load(model->dir);
+  ChatTemplate chat_template = ChatTemplate::load(model->dir);
+  GenerationDefaults defaults = load_generation_defaults(model->dir);
+  std::vector<int32_t> eos = defaults.eos_token_ids;
+  for (int32_t id : model->config.eos_token_ids) eos.push_back(id);
+  for (const char* name : {"<|im_end|>", "<|endoftext|>"})
+    if (auto id = tokenizer.token_id(name)) eos.push_back(*id);
+
+  EngineOptions options = a.model.engine;
+  if (options.context == 0) options.context = std::min(model->config.max_position_embeddings, 8192);
+  auto engine = create_engine(model, options);
+  ChatSession session(*engine, tokenizer, chat_template, eos);
+  session.set_thinking(!a.no_think);
+  if (!a.system.empty()) session.set_system_prompt(a.system);
+
+  const bool interactive = isatty(STDIN_FILENO) && !a.plain;
+  const bool color = isatty(STDOUT_FILENO) && !a.plain;
+  if (interactive)
+    std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /stats /quit; Ctrl-C stops an "
+                "answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction previous {};
+
+  std::string line;
+  while (read_line(interactive, line)) {
+    if (line.empty()) continue;
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/think" || line == "/no_think") {
+      session.set_thinking(line == "/think");
+      std::printf("[thinking %s]\n", session.thinking() ? "on" : "off");
+      continue;
+    }
+    if (line == "/reset") {
+      session.reset();
+      std::printf("[conversation reset]\n");
+      continue;
+    }
+    if (line.rfind("/system", 0) == 0 && (line.size() == 7 || line[7] == ' ')) {
+      std::string text = line.size() > 8 ? line.substr(8) : "";
+      session.set_system_prompt(text.empty() ? std::nullopt : std::optional<std::string>(text));
+      std::printf("[system prompt %s; conversation reset]\n", text.empty() ? "cleared" : "set");
+      continue;
+    }
+    if (line == "/stats") {
+      print_stats(session);
+      continue;
+    }
+    if (line[0] == '/' && line.find(' ') == std::string::npos) {
+      std::printf("[unknown command %s]\n", line.c_str());
+      continue;
+    }
+
+    SamplingParams defaults_for_mode = session.thinking() ? qwen_thinking_sampling() : qwen_non_thinking_sampling();
+    SamplingParams sampling = a.sampling.resolve(defaults_for_mode);
+    ReplyPrinter printer(color);
+    g_interrupted = false;
+    sigaction(SIGINT, &sa, &previous);
+    try {
+      session.send(line, sampling, a.max_tokens, [&](int32_t, std::string_view text) {
+        printer.print(text);
+        return !g_interrupted.load();
+      });
+      printer.finish();
+      if (session.last_turn().finish == FinishReason::Cancelled) std::printf("[stopped]\n");
+      if (session.last_turn().finish == FinishReason::ContextFull)
+        std::printf("[the context is full (%d tokens); /reset to start over]\n", session.context_size());
+    } catch (const Error& e) {
+      printer.finish();
+      std::printf("[error: %s]\n", e.what());
+    }
+    sigaction(SIGINT, &previous, nullptr);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (multi-turn, streaming)");
+  auto a = std::make_shared<ChatArgs>();
+  a->model.add_to(cmd);
+  cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-think", a->no_think, "Start with thinking off (same as /no_think)");
+  cmd->add_flag("--plain", a->plain, "No line editing or colours, even on a terminal");
+  a->sampling.add_to(cmd);
+  cmd->callback([a] { run_chat(*a); });
+}
+
+}  // namespace megaqwen::cli

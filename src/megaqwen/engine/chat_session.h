@@ -1,0 +1,66 @@
+// ChatSession: a multi-turn conversation on one engine. It keeps the messages, renders them with the
+// model's chat template, and runs each turn through a Generator, so the KV cache of earlier turns is
+// reused and only the new part of the prompt is prefilled. Used by `megaqwen chat` (and the server).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megaqwen/chat/chat_template.h"
+#include "megaqwen/engine/generator.h"
+#include "megaqwen/tokenizer/tokenizer.h"
+
+namespace megaqwen {
+
+// Qwen3's recommended sampling per mode (../shared/docs/qwen-models.md).
+SamplingParams qwen_thinking_sampling();     // temperature 0.6, top_p 0.95, top_k 20, min_p 0
+SamplingParams qwen_non_thinking_sampling(); // temperature 0.7, top_p 0.8, top_k 20, min_p 0
+
+// An assistant reply split as the template stores it: the text inside <think>...</think> and the rest.
+struct AssistantReply {
+  std::string reasoning;  // empty when the model did not think
+  std::string content;
+};
+AssistantReply split_reasoning(std::string_view text);
+
+struct ChatTurnStats {
+  int prompt_tokens = 0;   // the whole rendered conversation
+  int reused_tokens = 0;   // of which already in the KV cache
+  int generated_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  FinishReason finish = FinishReason::Length;
+};
+
+class ChatSession {
+ public:
+  ChatSession(Engine& engine, Tokenizer tokenizer, ChatTemplate chat_template, std::vector<int32_t> eos_ids);
+
+  void set_system_prompt(std::optional<std::string> text);  // also starts a new conversation
+  void reset();                                             // forget the conversation (keeps the system prompt)
+  void set_thinking(bool on) { thinking_ = on; }
+  bool thinking() const { return thinking_; }
+
+  // Adds the user's message, generates the reply (streamed through on_text), and stores the reply in
+  // the history. `sampling` is used as given. Throws Error when the conversation no longer fits the
+  // context; the user's message is then dropped again.
+  AssistantReply send(const std::string& user_text, const SamplingParams& sampling, int max_tokens,
+                      const TokenCallback& on_text);
+
+  const ChatTurnStats& last_turn() const { return last_; }
+  int tokens_in_context() const { return int(generator_.cached_tokens().size()); }
+  int context_size() const { return generator_.engine().context_size(); }
+  const nlohmann::ordered_json& messages() const { return messages_; }
+
+ private:
+  Generator generator_;
+  Tokenizer tokenizer_;
+  ChatTemplate template_;
+  std::vector<int32_t> eos_ids_;
+  std::optional<std::string> system_;
+  nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
+  bool thinking_ = true;
+  ChatTurnStats last_;
+};
+
+}  // namespace megaqwen
