@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include "megaqwen/util/error.h"
 
@@ -11,8 +12,10 @@ void ModelArgs::add_to(CLI::App* cmd, bool with_engine) {
   cmd->add_option("-m,--model", model, "Model folder or Hugging Face id in the local cache")->required();
   if (!with_engine) return;
   cmd->add_option("-d,--device", engine.device, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_option("-c,--ctx", engine.context, "Context size in tokens (0: engine default)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", engine.threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
+  // CLI::Range over int, not CLI::NonNegativeNumber: that one's error message prints DBL_MAX in full.
+  const CLI::Range non_negative(0, std::numeric_limits<int>::max());
+  cmd->add_option("-c,--ctx", engine.context, "Context size in tokens (0: engine default)")->check(non_negative);
+  cmd->add_option("-t,--threads", engine.threads, "CPU threads (0: all)")->check(non_negative);
 }
 
 void SamplingArgs::add_to(CLI::App* cmd) {

@@ -56,6 +56,14 @@ int main(int argc, char** argv) {
   megaqwen::cli::add_tokenize_command(app);
   megaqwen::cli::add_chat_command(app);
   try {
+    // CLI11 would only say "A subcommand is required" for a mistyped one: name it.
+    if (argc > 1 && argv[1][0] != '-' &&
+        app.get_subcommands([&](const CLI::App* c) { return c->check_name(argv[1]); }).empty()) {
+      std::string names;
+      for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + c->get_name();
+      return report("error", std::string("unknown command '") + argv[1] + "'; commands: " + names, 1);
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive as "errors" with a success code; real ones get one line too.

@@ -1,5 +1,7 @@
 #include "megaqwen/model/qwen3_weights.h"
 
+#include <cstdint>
+
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -14,6 +16,11 @@ const TensorView& expect(const Checkpoint& ckpt, const std::string& name, std::v
   if (t->shape() != shape)
     fail("tensor '{}' has shape {}, expected {}", name, t->info->shape_string(),
          TensorInfo{name, DType::F32, shape}.shape_string());
+  // The engines load elements in place (uint16_t / float pointers, GPU copies): a file whose header
+  // length or offsets leave a tensor misaligned would be undefined behaviour, so refuse it.
+  if (reinterpret_cast<uintptr_t>(t->data) % dtype_size(t->dtype()) != 0)
+    fail("tensor '{}' is misaligned in {}: its {} data does not start at a multiple of {} bytes "
+         "(unpadded header or odd data_offsets)", name, *t->file, dtype_name(t->dtype()), dtype_size(t->dtype()));
   return *t;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/json_excerpt.h"
 
 namespace megaqwen {
 
@@ -88,7 +89,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> file, const 
     if (dt == entry.end() || !dt->is_string()) fail("{}: tensor '{}': missing or non-string 'dtype'", source, name);
     const std::string dtype = dt->get<std::string>();
     auto known = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DTypeEntry& e) { return dtype == e.name; });
-    if (known == std::end(kDTypes)) fail("{}: tensor '{}': unknown dtype '{}'", source, name, dtype);
+    if (known == std::end(kDTypes)) fail("{}: tensor '{}': unknown dtype {}", source, name, json_excerpt(*dt));
     t.dtype = known->dtype;
 
     auto sh = entry.find("shape");
@@ -99,9 +100,9 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> file, const 
     uint64_t elements = 1;
     for (const json& d : *sh) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
-        fail("{}: tensor '{}': shape entries must be non-negative integers, got {}", source, name, sh->dump());
+        fail("{}: tensor '{}': shape entries must be non-negative integers, got {}", source, name, json_excerpt(*sh));
       uint64_t v = d.get<uint64_t>();
-      if (v >= kLimit || (v && elements > kLimit / v)) fail("{}: tensor '{}': shape {} is too large", source, name, sh->dump());
+      if (v >= kLimit || (v && elements > kLimit / v)) fail("{}: tensor '{}': shape {} is too large", source, name, json_excerpt(*sh));
       elements *= v;
       t.shape.push_back(int64_t(v));
     }

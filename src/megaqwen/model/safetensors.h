@@ -31,7 +31,7 @@ struct TensorInfo {
 
 struct SafetensorsHeader {
   uint64_t data_offset = 0;                 // 8 + N: where the data section starts in the file
-  std::vector<TensorInfo> tensors;          // in header order
+  std::vector<TensorInfo> tensors;          // sorted by name (not file order)
   std::map<std::string, std::string> metadata;
 };
 

@@ -1,0 +1,89 @@
+// `megaqwen chat` driven as a script (stdin not a terminal: one user message per line), on a tiny
+// synthetic model with the real Qwen3 tokenizer: replies stream, commands work, and /stats shows
+// that the second turn reused the KV cache of the first.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+
+#include "test_paths.h"
+
+namespace megaqwen {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class ChatCli : public ::testing::Test {
+ protected:
+  static fs::path dir() { return fs::path(testing::TempDir()) / "megaqwen_chat_cli"; }
+  static int sh(const std::string& command) {
+    int raw = std::system(command.c_str());
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  }
+  static void SetUpTestSuite() {
+    fs::remove_all(dir());
+    fs::create_directories(dir());
+    ASSERT_EQ(sh(std::string(test::megaqwen_binary()) + " synth --preset tiny --seed 3 --out " + (dir() / "model").string() +
+                 " --tokenizer " + test::qwen3_tokenizer_dir().string() + " 2>/dev/null"),
+              0);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir()); }
+
+  // Feeds `script` to the chat and returns stdout; stderr must hold only the CPU fallback notice.
+  std::string chat(const std::string& script, const std::string& flags) {
+    std::ofstream(dir() / "in.txt") << script;
+    const std::string cmd = "timeout -s KILL 120 " + std::string(test::megaqwen_binary()) + " chat --model " +
+                            (dir() / "model").string() + " " + flags + " < " + (dir() / "in.txt").string() + " > " +
+                            (dir() / "out.txt").string() + " 2> " + (dir() / "err.txt").string();
+    EXPECT_EQ(sh(cmd), 0) << slurp(dir() / "err.txt");
+    const std::string err = slurp(dir() / "err.txt");
+    EXPECT_EQ(err.find("error"), std::string::npos) << err;
+    return slurp(dir() / "out.txt");
+  }
+};
+
+TEST_F(ChatCli, ScriptedSessionReusesThePrefixOfEarlierTurns) {
+  const std::string out = chat("Hello there\n/stats\nTell me more\n/stats\n/no_think\nThanks\n/stats\n/quit\nnever read\n",
+                               "-n 6 --greedy --device cpu --threads 2");
+  std::regex stats(R"(\[stats\] context (\d+) / \d+ tokens \| last turn: prompt (\d+) tokens \((\d+) reused)");
+  std::vector<std::smatch> found;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), stats); it != std::sregex_iterator(); ++it) found.push_back(*it);
+  ASSERT_EQ(found.size(), 3u) << out;
+  EXPECT_EQ(std::stoi(found[0][3]), 0);                        // first turn: nothing cached
+  EXPECT_GT(std::stoi(found[1][3]), 8);                        // second: the first turn's prompt is reused
+  EXPECT_LT(std::stoi(found[1][3]), std::stoi(found[1][2]));   // ...and only the new part prefilled
+  EXPECT_GT(std::stoi(found[2][3]), std::stoi(found[1][3]));   // the conversation keeps growing in the cache
+  EXPECT_NE(out.find("[thinking off]"), std::string::npos);
+  EXPECT_EQ(out.find("never read"), std::string::npos);
+}
+
+TEST_F(ChatCli, GreedyChatIsReproducibleAndResetStartsOver) {
+  const std::string script = "Hi\n/reset\nHi\n";  // no /stats: its timings differ per run
+  const std::string a = chat(script, "-n 5 --greedy --device cpu");
+  const std::string b = chat(script, "-n 5 --greedy --device cpu");
+  EXPECT_EQ(a, b);
+  // After /reset the same message gives the same reply as the first time.
+  const size_t reset = a.find("[conversation reset]\n");
+  ASSERT_NE(reset, std::string::npos) << a;
+  const std::string first = a.substr(0, reset);
+  EXPECT_EQ(a.substr(reset + 21, first.size()), first);
+}
+
+TEST_F(ChatCli, OverlongMessageIsReportedAndTheSessionGoesOn) {
+  std::string longline(3000, 'x');
+  const std::string out = chat(longline + "\nhi\n/stats\n", "-n 3 --greedy --ctx 64 --device cpu");
+  EXPECT_NE(out.find("no longer fits the context"), std::string::npos) << out;
+  EXPECT_NE(out.find("[stats]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace megaqwen

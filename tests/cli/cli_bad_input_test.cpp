@@ -1,0 +1,330 @@
+// The real `megaqwen` binary on bad input: every case must end with exit status 1 and exactly one
+// line on stderr, "megaqwen: error: ..." naming the problem; never a crash, a hang or an internal error.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "test_paths.h"
+
+namespace megaqwen {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+struct RunResult {
+  int status = -1;  // exit status; -1 when killed by a signal
+  int signal = 0;
+  std::string out, err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Per process: ctest runs each case in its own process, possibly in parallel.
+fs::path work_dir() { return fs::path(testing::TempDir()) / ("megaqwen_cli_bad_input_" + std::to_string(::getpid())); }
+
+// Runs the binary with `args` under a 60 s timeout (a hang is killed: status 137, signal 9).
+RunResult run(const std::vector<std::string>& args) {
+  std::string command = "timeout -s KILL 60 " + shell_quote(test::megaqwen_binary());
+  for (const auto& a : args) command.append(" ").append(shell_quote(a));
+  const fs::path out = work_dir() / "stdout.txt", err = work_dir() / "stderr.txt";
+  command += " </dev/null >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string());
+  const int raw = std::system(command.c_str());
+  RunResult r;
+  if (WIFEXITED(raw)) {
+    r.status = WEXITSTATUS(raw);
+    if (r.status > 128) r.signal = r.status - 128;  // the shell's report of a signal death
+  } else if (WIFSIGNALED(raw)) {
+    r.signal = WTERMSIG(raw);
+  }
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+std::string describe(const std::vector<std::string>& args) {
+  std::string s = "megaqwen";
+  for (const auto& a : args) s.append(" ").append(shell_quote(a));
+  return s;
+}
+
+// The contract: status 1, one stderr line "megaqwen: error: ..." holding every expected part.
+void expect_one_error_line(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
+  SCOPED_TRACE(describe(args));
+  const RunResult r = run(args);
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\nstderr: " << r.err;
+  EXPECT_NE(r.status, 124) << "timed out";
+  EXPECT_EQ(r.status, 1) << "stderr: " << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+  EXPECT_EQ(r.err.back(), '\n');
+  EXPECT_EQ(r.err.rfind("megaqwen: error: ", 0), 0u) << "stderr: " << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  for (const auto& part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << "missing '" << part << "' in: " << r.err;
+}
+
+// The header of a safetensors file as JSON (key order kept), and the file rebuilt from an edited one.
+struct SafetensorsFile {
+  ordered_json header;
+  std::string data;
+
+  static SafetensorsFile read(const fs::path& path) {
+    const std::string bytes = read_file(path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+    return {ordered_json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+  }
+  void write(const fs::path& path) const {
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[size_t(i)] = char(uint64_t(text.size()) >> (8 * i));
+    write_file(path, len + text + data);
+  }
+};
+
+class CliBadInput : public ::testing::Test {
+ protected:
+  // One synthetic tiny model (no tokenizer files) for the whole suite.
+  static void SetUpTestSuite() {
+    fs::remove_all(work_dir());
+    fs::create_directories(work_dir());
+    const RunResult r = run({"synth", "--preset", "tiny", "--seed", "3", "--out", model().string(), "-t", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_TRUE(fs::exists(model() / "model.safetensors"));
+  }
+  static void TearDownTestSuite() { fs::remove_all(work_dir()); }
+  static fs::path model() { return work_dir() / "tiny"; }
+
+  // A copy of the tiny model's folder under `name`, its config.json and model.safetensors written by
+  // the edit functions (empty: copied unchanged).
+  static fs::path variant(const std::string& name, const std::function<void(ordered_json&)>& edit_config,
+                          const std::function<void(SafetensorsFile&)>& edit_weights) {
+    const fs::path dir = work_dir() / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ordered_json config = ordered_json::parse(read_file(model() / "config.json"));
+    if (edit_config) edit_config(config);
+    write_file(dir / "config.json", config.dump(2));
+    if (edit_weights) {
+      SafetensorsFile file = SafetensorsFile::read(model() / "model.safetensors");
+      edit_weights(file);
+      file.write(dir / "model.safetensors");
+    } else {
+      fs::copy_file(model() / "model.safetensors", dir / "model.safetensors");
+    }
+    return dir;
+  }
+  static std::vector<std::string> generate(const fs::path& dir, std::vector<std::string> extra = {"--ids", "1 2 3"}) {
+    std::vector<std::string> args = {"generate", "-m", dir.string(), "-d", "cpu", "-t", "2", "-n", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+};
+
+TEST_F(CliBadInput, GoodModelGeneratesIdsWithoutATokenizer) {
+  const RunResult r = run(generate(model(), {"--ids", "1 2 3", "--greedy"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Two generated ids, printed as numbers since there is no tokenizer.
+  int count = 0;
+  for (size_t i = 0; i < r.out.size();) {
+    while (i < r.out.size() && std::isspace(uint8_t(r.out[i]))) ++i;
+    if (i == r.out.size()) break;
+    size_t j = i;
+    while (j < r.out.size() && std::isdigit(uint8_t(r.out[j]))) ++j;
+    ASSERT_GT(j, i) << "not an id list: " << r.out;
+    EXPECT_LT(std::stol(r.out.substr(i, j - i)), 151936);
+    ++count, i = j;
+  }
+  EXPECT_EQ(count, 2) << r.out;
+  EXPECT_NE(r.err.find("finish: length"), std::string::npos) << r.err;
+  EXPECT_EQ(run({"info", "-m", model().string()}).status, 0);
+}
+
+TEST_F(CliBadInput, MissingFolder) {
+  const std::string missing = (work_dir() / "no-such-model").string();
+  expect_one_error_line({"generate", "-m", missing, "--ids", "1"}, {"model folder '" + missing + "' does not exist"});
+  expect_one_error_line({"info", "-m", missing}, {"does not exist"});
+  expect_one_error_line({"info", "-m", "Nobody/NoSuchModel"},
+                        {"model 'Nobody/NoSuchModel' is not a folder and was not found in the Hugging Face cache"});
+  expect_one_error_line({"info", "-m", (model() / "config.json").string()}, {"config.json is not a folder"});
+  // A name the OS refuses outright (too long) is still a user error, not an internal one.
+  expect_one_error_line({"info", "-m", std::string(5000, 'a')}, {});
+}
+
+TEST_F(CliBadInput, FolderWithoutConfig) {
+  const fs::path dir = work_dir() / "empty";
+  fs::create_directories(dir);
+  expect_one_error_line(generate(dir), {"config.json: cannot read config.json (is this a model folder?)"});
+  // Config but no weights.
+  fs::copy_file(model() / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  expect_one_error_line(generate(dir), {"no model.safetensors or model.safetensors.index.json"});
+}
+
+TEST_F(CliBadInput, BadConfigs) {
+  const auto set = [](const char* key, ordered_json value) {
+    return [key, value](ordered_json& c) { c[key] = value; };
+  };
+  expect_one_error_line(generate(variant("llama", set("model_type", "llama"), {})),
+                        {"config.json: unsupported architecture 'llama'", "supported: qwen3"});
+  expect_one_error_line(generate(variant("qwen35", set("model_type", "qwen3_5"), {})), {"unsupported architecture 'qwen3_5'"});
+  expect_one_error_line(generate(variant("scaling", set("rope_scaling", {{"rope_type", "yarn"}}), {})),
+                        {"rope_scaling {\"rope_type\": \"yarn\"} is not supported"});
+  expect_one_error_line(generate(variant("hidden", set("hidden_size", "64"), {})),
+                        {"field 'hidden_size' must be an integer, got \"64\""});
+  expect_one_error_line(generate(variant("nolayers", [](ordered_json& c) { c.erase("num_hidden_layers"); }, {})),
+                        {"missing required field 'num_hidden_layers'"});
+  const fs::path broken = variant("badjson", {}, {});
+  write_file(broken / "config.json", "{\"model_type\": \"qwen3\", ");
+  expect_one_error_line(generate(broken), {"config.json: not valid JSON"});
+  // Untrusted text with a newline in it stays on one line.
+  expect_one_error_line(generate(variant("newline", set("model_type", "evil\nline"), {})),
+                        {"unsupported architecture 'evil\\nline'"});
+}
+
+TEST_F(CliBadInput, TruncatedWeights) {
+  const fs::path dir = variant("truncated", {}, {});
+  std::string bytes = read_file(dir / "model.safetensors");
+  write_file(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
+  expect_one_error_line(generate(dir), {"model.safetensors: tensor 'model.embed_tokens.weight': data_offsets",
+                                        "run past the data section", "truncated file?"});
+  write_file(dir / "model.safetensors", bytes.substr(0, 5));
+  expect_one_error_line(generate(dir), {"truncated safetensors file (5 bytes, no header length)"});
+  write_file(dir / "model.safetensors", bytes.substr(0, 100));
+  expect_one_error_line(generate(dir), {"exceeds the file (100 bytes): truncated file?"});
+}
+
+TEST_F(CliBadInput, LyingHeaders) {
+  expect_one_error_line(generate(variant("oob", {}, [](SafetensorsFile& f) {
+                          f.header["model.norm.weight"]["data_offsets"] = {f.data.size() + 2, f.data.size() + 130};
+                        })),
+                        {"tensor 'model.norm.weight': data_offsets", "run past the data section"});
+  expect_one_error_line(generate(variant("overlap", {}, [](SafetensorsFile& f) {
+                          f.header["model.norm.weight"]["data_offsets"] = {64, 192};
+                        })),
+                        {"tensors 'model.embed_tokens.weight' and 'model.norm.weight' overlap in the data section"});
+  expect_one_error_line(generate(variant("bytesize", {}, [](SafetensorsFile& f) {
+                          f.header["model.norm.weight"]["shape"] = {65};
+                        })),
+                        {"tensor 'model.norm.weight': 128 bytes stored but shape [65] of BF16 needs 130"});
+  expect_one_error_line(generate(variant("dtype", {}, [](SafetensorsFile& f) {
+                          f.header["model.norm.weight"]["dtype"] = "Q4_K";
+                        })),
+                        {"tensor 'model.norm.weight': unknown dtype \"Q4_K\""});
+
+  const fs::path huge = variant("hugelen", {}, {});
+  std::string bytes = read_file(huge / "model.safetensors");
+  std::string patched = bytes;
+  for (int i = 0; i < 8; ++i) patched[size_t(i)] = char(i == 7 ? 0x80 : 0);  // 2^63
+  write_file(huge / "model.safetensors", patched);
+  expect_one_error_line(generate(huge), {"safetensors header length 9223372036854775808 is implausibly large"});
+  patched = bytes;
+  patched[8] = 'x';  // the header's opening brace
+  write_file(huge / "model.safetensors", patched);
+  expect_one_error_line(generate(huge), {"model.safetensors: safetensors header is not valid JSON"});
+  // Odd header length: every tensor misaligned.
+  SafetensorsFile f = SafetensorsFile::read(model() / "model.safetensors");
+  std::string text = f.header.dump() + " ";
+  text.append((8 - text.size() % 8) % 8 + 1, ' ');
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[size_t(i)] = char(uint64_t(text.size()) >> (8 * i));
+  write_file(huge / "model.safetensors", len + text + f.data);
+  expect_one_error_line(generate(huge), {"tensor 'model.embed_tokens.weight' is misaligned"});
+}
+
+TEST_F(CliBadInput, MissingOrMisshapenTensor) {
+  expect_one_error_line(generate(variant("missing", {}, [](SafetensorsFile& f) {
+                          const ordered_json entry = f.header["model.norm.weight"];  // copy: the insert may reallocate
+                          f.header["model.norm.weight_renamed"] = entry;
+                          f.header.erase("model.norm.weight");
+                        })),
+                        {"missing tensor 'model.norm.weight' (expected shape [64])"});
+  expect_one_error_line(generate(variant("shape", {}, [](SafetensorsFile& f) {
+                          f.header["model.layers.1.self_attn.k_proj.weight"]["shape"] = {64, 256};
+                        })),
+                        {"tensor 'model.layers.1.self_attn.k_proj.weight' has shape [64, 256], expected [256, 64]"});
+  expect_one_error_line(generate(variant("i16", {}, [](SafetensorsFile& f) {
+                          f.header["model.layers.0.self_attn.q_norm.weight"]["dtype"] = "I16";
+                        })),
+                        {"tensor 'model.layers.0.self_attn.q_norm.weight' has dtype I16; supported: BF16, F16, F32"});
+  // A config whose shapes disagree with the weights.
+  expect_one_error_line(generate(variant("cfgshape", [](ordered_json& c) { c["intermediate_size"] = 256; }, {})),
+                        {"tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], expected [256, 64]"});
+}
+
+TEST_F(CliBadInput, BadTokenIds) {
+  expect_one_error_line(generate(model(), {"--ids", "1 999999999"}),
+                        {"token id 999999999 is out of range (vocabulary size 151936)"});
+  expect_one_error_line(generate(model(), {"--ids", "5 -1"}), {"token id -1 is out of range"});
+  expect_one_error_line(generate(model(), {"--ids", "abc"}), {"'abc' is not a token id"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2x"}), {"'2x' is not a token id"});
+  expect_one_error_line(generate(model(), {"--ids", "99999999999999999999"}), {"'99999999999999999999' is not a token id"});
+  expect_one_error_line(generate(model(), {"--ids", " , "}), {"the prompt is empty"});
+  expect_one_error_line(generate(model(), {}), {"give exactly one of --prompt TEXT or --ids"});
+  // Text needs a tokenizer, which this folder does not have.
+  expect_one_error_line(generate(model(), {"--prompt", "hello"}), {});
+}
+
+TEST_F(CliBadInput, PromptLongerThanContext) {
+  std::string ids;
+  for (int i = 1; i <= 20; ++i) ids += std::to_string(i) + " ";
+  expect_one_error_line(generate(model(), {"--ids", ids, "--ctx", "8"}), {"the prompt has 20 tokens but the context holds 8"});
+  expect_one_error_line(generate(model(), {"--ids", "1", "--ctx", "100000"}),
+                        {"context 100000 exceeds the model's max_position_embeddings 40960"});
+  expect_one_error_line(generate(model(), {"--ids", "1", "--ctx", "-1"}),
+                        {"--ctx: Value -1 not in range 0 to 2147483647 (run with --help for usage)"});
+  expect_one_error_line(generate(model(), {"--ids", "1", "--threads", "-4"}), {"--threads: Value -4 not in range"});
+}
+
+TEST_F(CliBadInput, BadDeviceAndFlags) {
+  std::vector<std::string> args = {"generate", "-m", model().string(), "--ids", "1 2", "--device", "tpu"};
+  expect_one_error_line(args, {"unknown device 'tpu'; choose auto, cpu or cuda"});
+  expect_one_error_line({"generate", "-m", model().string(), "--ids", "1", "--no-such-flag"}, {"--no-such-flag"});
+  expect_one_error_line({"generate", "--ids", "1"}, {"--model is required"});
+  expect_one_error_line({"generate", "-m", model().string(), "--ids", "1", "-n", "lots"}, {"--max-tokens", "lots"});
+  expect_one_error_line({"generate", "-m", model().string(), "--ids", "1", "--ctx", "many"}, {"--ctx", "many"});
+  expect_one_error_line({"frobnicate", "-m", "x"}, {"unknown command 'frobnicate'; commands: info, synth, generate"});
+  expect_one_error_line({}, {"A subcommand is required"});
+  expect_one_error_line({"synth", "--preset", "huge", "--out", (work_dir() / "huge").string()}, {"unknown preset 'huge'"});
+  expect_one_error_line({"synth", "--dtype", "q4", "--out", (work_dir() / "q4").string()}, {"--dtype must be bf16, f16 or f32, not 'q4'"});
+}
+
+TEST_F(CliBadInput, BadSamplingValues) {
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--top-p", "0"}), {"top_p must be in (0, 1], got 0"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--top-p", "1.5"}), {"top_p must be in (0, 1], got 1.5"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--temp", "-1"}), {"temperature must be >= 0, got -1"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--temp", "nan"}), {"temperature must be >= 0"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--top-k", "-3"}), {"top_k must be >= 0, got -3"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--min-p", "2"}), {"min_p must be in [0, 1], got 2"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--repeat-penalty", "0"}), {"repetition_penalty must be > 0"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--temp", "hot"}), {"--temp", "hot"});
+}
+
+}  // namespace
+}  // namespace megaqwen

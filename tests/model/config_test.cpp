@@ -1,0 +1,229 @@
+// parse_model_config / load_model_config: the real Qwen3-0.6B config, and every way a config.json can
+// be wrong, each refused with a message naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "megaqwen/model/config.h"
+#include "megaqwen/model/synth.h"
+#include "model/model_test_util.h"
+#include "test_paths.h"
+
+namespace megaqwen {
+namespace {
+
+using nlohmann::json;
+
+json real_config() {
+  std::ifstream in(test::qwen3_tokenizer_dir() / "config.json");
+  return json::parse(in);
+}
+
+ModelConfig parse(const json& j) { return parse_model_config(j.dump(), "cfg.json"); }
+
+// The real config with `key` set to `value` (or erased when value is discarded).
+json with(const std::string& key, const json& value) {
+  json j = real_config();
+  j[key] = value;
+  return j;
+}
+json without(const std::string& key) {
+  json j = real_config();
+  j.erase(key);
+  return j;
+}
+
+TEST(Config, RealQwen3_0_6B) {
+  const ModelConfig c = load_model_config(test::qwen3_tokenizer_dir());
+  EXPECT_EQ(c.architecture, Architecture::Qwen3);
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.num_layers, 28);
+  EXPECT_EQ(c.num_heads, 16);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1000000.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{151645});
+  // 0.6B: embedding 155.6M + 28 layers of ~15.7M + final norm, head tied.
+  EXPECT_EQ(c.parameter_count(), 596049920);
+}
+
+TEST(Config, SynthJsonRoundTrips) {
+  for (const auto& preset : synth_presets()) {
+    const ModelConfig c = parse_model_config(model_config_json(preset.config), preset.name);
+    EXPECT_EQ(c.hidden_size, preset.config.hidden_size);
+    EXPECT_EQ(c.num_layers, preset.config.num_layers);
+    EXPECT_EQ(c.num_kv_heads, preset.config.num_kv_heads);
+    EXPECT_EQ(c.head_dim, preset.config.head_dim);
+    EXPECT_EQ(c.eos_token_ids, preset.config.eos_token_ids);
+    EXPECT_EQ(c.parameter_count(), preset.config.parameter_count());
+  }
+}
+
+TEST(Config, OptionalFieldsDefault) {
+  json j = real_config();
+  for (const char* k : {"num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "tie_word_embeddings",
+                        "torch_dtype", "hidden_act", "rope_scaling", "attention_bias"})
+    j.erase(k);
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.num_kv_heads, 16);          // defaults to num_attention_heads
+  EXPECT_EQ(c.head_dim, 1024 / 16);       // hidden_size / heads when absent
+  EXPECT_EQ(c.bos_token_id, -1);
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "");
+}
+
+TEST(Config, EosListAndNulls) {
+  json j = with("eos_token_id", json::array({151645, 151643}));
+  j["rope_scaling"] = json::object();  // {} means no scaling
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(parse(j).eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  EXPECT_EQ(parse(with("head_dim", nullptr)).head_dim, 64);  // null = absent
+}
+
+TEST(Config, MissingRequiredFields) {
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                          "max_position_embeddings", "rope_theta", "rms_norm_eps"}) {
+    SCOPED_TRACE(key);
+    EXPECT_ERROR_HAS(parse(without(key)), "cfg.json", "missing required field", key);
+    EXPECT_ERROR_HAS(parse(with(key, nullptr)), "missing required field", key);
+  }
+  EXPECT_ERROR_HAS(parse(without("model_type")), "cfg.json: missing required field 'model_type'");
+  EXPECT_ERROR_HAS(parse(with("model_type", "")), "missing required field 'model_type'");
+}
+
+TEST(Config, WrongTypes) {
+  EXPECT_ERROR_HAS(parse(with("hidden_size", "1024")), "field 'hidden_size' must be an integer, got \"1024\"");
+  EXPECT_ERROR_HAS(parse(with("hidden_size", 1024.5)), "field 'hidden_size' must be an integer, got 1024.5");
+  EXPECT_ERROR_HAS(parse(with("num_hidden_layers", true)), "'num_hidden_layers' must be an integer, got true");
+  EXPECT_ERROR_HAS(parse(with("vocab_size", json::array({1}))), "'vocab_size' must be an integer, got [1]");
+  EXPECT_ERROR_HAS(parse(with("rope_theta", "1e6")), "field 'rope_theta' must be a number");
+  EXPECT_ERROR_HAS(parse(with("tie_word_embeddings", 1)), "'tie_word_embeddings' must be true or false, got 1");
+  EXPECT_ERROR_HAS(parse(with("torch_dtype", 16)), "'torch_dtype' must be a string, got 16");
+  EXPECT_ERROR_HAS(parse(with("model_type", 3)), "'model_type' must be a string");
+  EXPECT_ERROR_HAS(parse(with("eos_token_id", "x")), "'eos_token_id' must be an integer");
+  EXPECT_ERROR_HAS(parse(with("eos_token_id", json::array({1, "x"}))), "'eos_token_id' must be an integer");
+}
+
+TEST(Config, OutOfRange) {
+  EXPECT_ERROR_HAS(parse(with("hidden_size", 0)), "field 'hidden_size' = 0 is out of range [1, 65536]");
+  EXPECT_ERROR_HAS(parse(with("hidden_size", -5)), "'hidden_size' = -5 is out of range");
+  EXPECT_ERROR_HAS(parse(with("hidden_size", 1 << 17)), "'hidden_size' = 131072 is out of range");
+  EXPECT_ERROR_HAS(parse(with("num_hidden_layers", 100000)), "'num_hidden_layers' = 100000 is out of range");
+  EXPECT_ERROR_HAS(parse(with("vocab_size", 18446744073709551615ull)),
+                   "'vocab_size' = 18446744073709551615 is out of range");
+  EXPECT_ERROR_HAS(parse(with("vocab_size", int64_t(1) << 40)), "'vocab_size' = 1099511627776 is out of range");
+  EXPECT_ERROR_HAS(parse(with("head_dim", 1)), "'head_dim' = 1 is out of range");
+  EXPECT_ERROR_HAS(parse(with("head_dim", 7)), "head_dim 7 must be even");
+  EXPECT_ERROR_HAS(parse(with("rope_theta", 0)), "'rope_theta' = 0 is out of range");
+  EXPECT_ERROR_HAS(parse(with("rope_theta", 1e300)), "'rope_theta' = 1e+300 is out of range");
+  EXPECT_ERROR_HAS(parse(with("rms_norm_eps", -1e-6)), "'rms_norm_eps' = -1e-06 is out of range");
+  EXPECT_ERROR_HAS(parse(with("rms_norm_eps", 0)), "'rms_norm_eps' = 0 is out of range");
+  EXPECT_ERROR_HAS(parse(with("num_key_value_heads", 3)),
+                   "num_attention_heads 16 is not a multiple of num_key_value_heads 3");
+  EXPECT_ERROR_HAS(parse(with("bos_token_id", 151936)), "'bos_token_id' = 151936 is out of range [-1, 151935]");
+  EXPECT_ERROR_HAS(parse(with("eos_token_id", json::array({151645, 200000}))),
+                   "'eos_token_id' = 200000 is out of range [0, 151935]");
+  EXPECT_ERROR_HAS(parse(with("eos_token_id", -1)), "'eos_token_id' = -1 is out of range");
+  json j = without("head_dim");
+  j["hidden_size"] = 1000;
+  j["num_attention_heads"] = 16;
+  EXPECT_ERROR_HAS(parse(j), "no 'head_dim' and hidden_size 1000 is not a multiple of num_attention_heads 16");
+}
+
+TEST(Config, OtherArchitecturesNamed) {
+  json llama = with("model_type", "llama");
+  llama["architectures"] = {"LlamaForCausalLM"};
+  EXPECT_ERROR_HAS(parse(llama), "cfg.json: unsupported architecture 'llama' (LlamaForCausalLM); supported: qwen3");
+  EXPECT_ERROR_HAS(parse(with("model_type", "qwen3_5")), "unsupported architecture 'qwen3_5'");
+  EXPECT_ERROR_HAS(parse(with("model_type", "qwen3_moe")), "unsupported architecture 'qwen3_moe'");
+  EXPECT_ERROR_HAS(parse(with("model_type", "qwen2")), "unsupported architecture 'qwen2' (Qwen3ForCausalLM)");
+}
+
+TEST(Config, UnsupportedFeatures) {
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})),
+                   "rope_scaling {\"factor\": 4.0, \"rope_type\": \"yarn\"} is not supported");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", "linear")), "rope_scaling \"linear\" is not supported");
+  EXPECT_ERROR_HAS(parse(with("attention_bias", true)), "attention_bias = true is not supported");
+  EXPECT_ERROR_HAS(parse(with("attention_bias", "yes")), "'attention_bias' must be true or false");
+  EXPECT_ERROR_HAS(parse(with("use_sliding_window", true)), "use_sliding_window = true is not supported");
+  EXPECT_ERROR_HAS(parse(with("hidden_act", "gelu")), "unsupported hidden_act 'gelu' (only silu)");
+}
+
+TEST(Config, RopeParameters) {
+  // transformers >= 5 moves rope_theta under rope_parameters.
+  json j = without("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 5e5);
+  j["rope_parameters"] = {{"rope_theta", 5e5}};  // rope_type defaults to plain RoPE
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 5e5);
+  j["rope_theta"] = 1e6;  // a top-level value wins
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 1e6);
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e5}, {"factor", 4}};
+  EXPECT_ERROR_HAS(parse(j), "cfg.json: rope_parameters.rope_type 'yarn' is not supported (only plain RoPE)");
+  j["rope_parameters"] = {{"rope_type", "default"}};
+  EXPECT_ERROR_HAS(parse(j), "missing required field 'rope_theta'");
+  j["rope_parameters"] = {{"rope_theta", 0.5}};
+  EXPECT_ERROR_HAS(parse(j), "field 'rope_theta' = 0.5 is out of range");
+  j["rope_parameters"] = json::array({1e6});
+  EXPECT_ERROR_HAS(parse(j), "field 'rope_parameters' must be an object");
+}
+
+TEST(Config, NotJsonOrNotAnObject) {
+  EXPECT_ERROR_HAS(parse_model_config("", "c.json"), "c.json: not valid JSON");
+  EXPECT_ERROR_HAS(parse_model_config("{\"model_type\": \"qwen3\",", "c.json"), "c.json: not valid JSON");
+  EXPECT_ERROR_HAS(parse_model_config("{'model_type': 'qwen3'}", "c.json"), "not valid JSON");
+  EXPECT_ERROR_HAS(parse_model_config("{} trailing", "c.json"), "not valid JSON");
+  EXPECT_ERROR_HAS(parse_model_config("\xff\xfe{}", "c.json"), "not valid JSON");
+  EXPECT_ERROR_HAS(parse_model_config("[1, 2]", "c.json"), "c.json: expected a JSON object at the top level");
+  EXPECT_ERROR_HAS(parse_model_config("\"qwen3\"", "c.json"), "expected a JSON object");
+  EXPECT_ERROR_HAS(parse_model_config("null", "c.json"), "expected a JSON object");
+}
+
+// Regression: error messages used to dump() the offending value, which recurses once per nesting
+// level (a stack overflow on a hostile file) and copies it whole into the message.
+TEST(Config, HostileValuesGiveShortMessages) {
+  const int depth = 1'000'000;
+  std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  const std::string text = real_config().dump();
+  std::string hostile = text;
+  hostile.insert(1, "\"rope_scaling\": " + nested + ",");
+  hostile.erase(hostile.find("\"rope_scaling\":null"), std::string("\"rope_scaling\":null,").size());
+  const std::string msg = test::error_of([&] { parse_model_config(hostile, "c.json"); });
+  EXPECT_NE(msg.find("rope_scaling [[[[...]]]] is not supported"), std::string::npos) << msg.substr(0, 300);
+  EXPECT_LT(msg.size(), 300u);
+
+  std::string deep_int = text;
+  deep_int.replace(deep_int.find("\"hidden_size\":1024"), std::string("\"hidden_size\":1024").size(),
+                   "\"hidden_size\":" + nested);
+  EXPECT_ERROR_HAS(parse_model_config(deep_int, "c.json"), "'hidden_size' must be an integer, got [[[[...]]]]");
+
+  const std::string long_string(10'000'000, 'x');
+  const std::string msg2 = test::error_of([&] { parse(with("torch_dtype", json::array({long_string}))); });
+  EXPECT_NE(msg2.find("'torch_dtype' must be a string, got [\"xxxx"), std::string::npos) << msg2.substr(0, 300);
+  EXPECT_LT(msg2.size(), 400u);
+}
+
+TEST(Config, LoadFromFolder) {
+  const auto dir = test::scratch_dir();
+  EXPECT_ERROR_HAS(load_model_config(dir), "config.json: cannot read config.json (is this a model folder?)");
+  test::write_text(dir / "config.json", "{\"model_type\": \"llama\"}");
+  EXPECT_ERROR_HAS(load_model_config(dir), (dir / "config.json").string().c_str(), "unsupported architecture 'llama'");
+  test::write_text(dir / "config.json", model_config_json(find_synth_preset("tiny").config));
+  EXPECT_EQ(load_model_config(dir).hidden_size, 64);
+}
+
+}  // namespace
+}  // namespace megaqwen
