@@ -178,7 +178,7 @@ void add_chat_command(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   a->model.add_to(cmd);
   cmd->add_option("--system", a->system, "System prompt");
-  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--no-think", a->no_think, "Start with thinking off (same as /no_think)");
   cmd->add_flag("--plain", a->plain, "No line editing or colours, even on a terminal");
   a->sampling.add_to(cmd);

@@ -23,6 +23,12 @@ struct GenerateArgs {
 };
 
 std::optional<Tokenizer> try_load_tokenizer(const std::filesystem::path& dir, bool required) {
+  namespace fs = std::filesystem;
+  const bool present = fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json");
+  if (!present) {
+    if (required) fail("{} has no tokenizer (tokenizer.json, or vocab.json + merges.txt); give --ids instead", dir.string());
+    return std::nullopt;
+  }
   try {
     return Tokenizer::load(dir);
   } catch (const Error&) {
@@ -83,7 +89,7 @@ void add_generate_command(CLI::App& app) {
   a->model.add_to(cmd);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (raw, no chat template)");
   cmd->add_option("--ids", a->ids, "Prompt as token ids, e.g. \"151644 872 198\"");
-  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
   cmd->add_flag("--print-ids", a->print_ids, "Print token ids instead of text");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");

@@ -23,7 +23,7 @@ void add_logits_command(CLI::App& app) {
   auto a = std::make_shared<Args>();
   a->model.add_to(cmd);
   cmd->add_option("--ids", a->ids, "Token ids, e.g. \"151644 872 198\"")->required();
-  cmd->add_option("-k,--top-k", a->top_k, "How many top logits to print per position")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-k,--top-k", a->top_k, "How many top logits to print per position")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("-o,--out", a->out, "Also write all logits [positions, vocab] as little-endian float32 to this file");
   cmd->callback([a] {
     std::vector<int32_t> ids = parse_token_ids(a->ids);
