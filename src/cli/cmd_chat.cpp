@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "megaqwen/engine/chat_session.h"
+#include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/error.h"
 
@@ -96,10 +97,7 @@ void run_chat(const ChatArgs& a) {
   Tokenizer tokenizer = Tokenizer::load(model->dir);
   ChatTemplate chat_template = ChatTemplate::load(model->dir);
   GenerationDefaults defaults = load_generation_defaults(model->dir);
-  std::vector<int32_t> eos = defaults.eos_token_ids;
-  for (int32_t id : model->config.eos_token_ids) eos.push_back(id);
-  for (const char* name : {"<|im_end|>", "<|endoftext|>"})
-    if (auto id = tokenizer.token_id(name)) eos.push_back(*id);
+  std::vector<int32_t> eos = stop_token_ids(model->config, defaults, &tokenizer);
 
   EngineOptions options = a.model.engine;
   if (options.context == 0) options.context = std::min(model->config.max_position_embeddings, 8192);

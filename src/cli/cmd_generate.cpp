@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/tokenizer/tokenizer.h"
 #include "megaqwen/util/error.h"
@@ -50,14 +51,7 @@ void run_generate(const GenerateArgs& a) {
   req.sampling = a.sampling.resolve(defaults.sampling);
   req.max_tokens = a.max_tokens;
   req.stop_strings = a.stops;
-  if (!a.ignore_eos) {
-    req.eos_ids = defaults.eos_token_ids;
-    for (int32_t id : model->config.eos_token_ids) req.eos_ids.push_back(id);
-    // Qwen ends a turn with <|im_end|> and a document with <|endoftext|>: stop on either.
-    if (tokenizer)
-      for (const char* name : {"<|im_end|>", "<|endoftext|>"})
-        if (auto id = tokenizer->token_id(name)) req.eos_ids.push_back(*id);
-  }
+  if (!a.ignore_eos) req.eos_ids = stop_token_ids(model->config, defaults, tokenizer ? &*tokenizer : nullptr);
   const bool text_out = tokenizer && !a.print_ids;
   if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->token_bytes(id); };
 
