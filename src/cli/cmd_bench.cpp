@@ -1,5 +1,6 @@
 // megaqwen bench: prefill and decode speed of a model on a device, with achieved bandwidth against
 // the machine's measured memory bandwidth; a markdown table like llama-bench's and a JSON record.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -13,6 +14,10 @@
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/error.h"
 #include "megaqwen/util/memory_bandwidth.h"
+
+#ifdef MEGAQWEN_HAVE_CUDA
+#include "megaqwen/cuda/gpu_probe.h"
+#endif
 
 #ifndef MEGAQWEN_GIT_COMMIT
 #define MEGAQWEN_GIT_COMMIT "unknown"
@@ -62,9 +67,9 @@ void add_bench_command(CLI::App& app) {
   a->model.add_to(cmd);
   cmd->add_option("--prompt-len", a->prompt_lens, "Prefill tests: comma-separated prompt lengths (0: none)")->capture_default_str();
   cmd->add_option("--depth", a->depths, "Decode tests: comma-separated cache positions to decode at")->capture_default_str();
-  cmd->add_option("--tokens", a->plan.decode_tokens, "Tokens per decode measurement")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", a->plan.repeats, "Timed repeats per test (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", a->plan.warmup, "Untimed runs before each test")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tokens", a->plan.decode_tokens, "Tokens per decode measurement")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--repeats", a->plan.repeats, "Timed repeats per test (median reported)")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--warmup", a->plan.warmup, "Untimed runs before each test")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--json", a->json, "Write the results as JSON to this file");
   cmd->add_flag("!--no-bandwidth-probe", a->measure_bandwidth, "Skip measuring the machine's memory bandwidth");
   cmd->callback([a] {
@@ -79,10 +84,37 @@ void add_bench_command(CLI::App& app) {
       options.context = std::min(need, model->config.max_position_embeddings);
     }
     auto engine = create_engine(model, options);
-    const double weight_bytes = double(model->weights.bytes_per_token());
+    const double weight_bytes = double(model->weight_bytes_per_token());
 
+    // On a GPU the reference bandwidth is a measured device-to-device copy (bytes read + written),
+    // and NVML's energy counter, when present, gives average power and tokens per joule.
+    const bool on_gpu = engine->device_name().rfind("cuda", 0) == 0;
+    nlohmann::ordered_json gpu_json;
     double bandwidth = 0;
-    if (a->measure_bandwidth) {
+    std::string bandwidth_label = "measured memory read bandwidth";
+#ifdef MEGAQWEN_HAVE_CUDA
+    std::unique_ptr<cuda::NvmlEnergy> energy;
+    if (on_gpu) {
+      const cuda::GpuInfo g = cuda::gpu_info(0);
+      gpu_json = {{"name", g.name}, {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+                  {"sm_count", g.sm_count}, {"memory_bytes", g.memory_bytes}};
+      if (a->measure_bandwidth) {
+        bandwidth = cuda::measure_d2d_bandwidth_gb_s(0);
+        bandwidth_label = "measured device-to-device copy bandwidth (read + write)";
+        gpu_json["d2d_copy_bandwidth_gb_s"] = bandwidth;
+      }
+      std::string why;
+      energy = cuda::NvmlEnergy::open(0, &why);
+      if (energy) {
+        a->plan.energy_joules = [e = energy.get()] { return e->joules(); };
+        gpu_json["nvml_energy"] = true;
+      } else {
+        gpu_json["nvml_energy"] = false;
+        gpu_json["nvml_unavailable_because"] = why;
+      }
+    }
+#endif
+    if (a->measure_bandwidth && !on_gpu) {
       ThreadPool pool(options.threads);
       bandwidth = measure_read_bandwidth(pool);
     }
@@ -92,13 +124,20 @@ void add_bench_command(CLI::App& app) {
     std::printf("\nmodel: %s (%s, %.3f B params, %.1f MB of weights read per token)\n", model->dir.string().c_str(),
                 c.model_type.c_str(), double(c.parameter_count()) / 1e9, weight_bytes / 1e6);
     std::printf("device: %s", engine->device_name().c_str());
-    if (bandwidth > 0) std::printf(", measured memory read bandwidth %.1f GB/s", bandwidth);
-    std::printf("\n\n| test | t/s (median) | min .. max | GB/s | %% of memory BW |\n|---|---:|---:|---:|---:|\n");
+    if (bandwidth > 0) std::printf(", %s %.1f GB/s", bandwidth_label.c_str(), bandwidth);
+    const bool with_energy = std::any_of(results.begin(), results.end(), [](const BenchResult& r) { return r.joules > 0; });
+    std::printf("\n\n| test | t/s (median) | min .. max | GB/s | %% of memory BW |%s\n|---|---:|---:|---:|---:|%s\n",
+                with_energy ? " W | tok/J |" : "", with_energy ? "---:|---:|" : "");
     for (const auto& r : results) {
       std::string gb = r.is_decode ? std::to_string(r.achieved_gb_s).substr(0, 6) : "-";
       std::string pct = r.is_decode && bandwidth > 0 ? std::to_string(100.0 * r.achieved_gb_s / bandwidth).substr(0, 5) : "-";
-      std::printf("| %s | %.2f | %.2f .. %.2f | %s | %s |\n", r.test.c_str(), r.median_tok_s, r.min_tok_s,
+      std::printf("| %s | %.2f | %.2f .. %.2f | %s | %s |", r.test.c_str(), r.median_tok_s, r.min_tok_s,
                   r.max_tok_s, gb.c_str(), pct.c_str());
+      if (with_energy) {
+        if (r.joules > 0) std::printf(" %.1f | %.3f |", r.average_watts, r.tokens_per_joule);
+        else std::printf(" - | - |");
+      }
+      std::printf("\n");
     }
     std::printf("\npp N: prefill of N prompt tokens; tgN@dD: N decode steps starting at cache position D.\n");
 
@@ -109,6 +148,10 @@ void add_bench_command(CLI::App& app) {
       j["device"] = engine->device_name();
       j["model"] = {{"path", model->dir.string()}, {"model_type", c.model_type}, {"parameters", c.parameter_count()},
                     {"layers", c.num_layers}, {"hidden", c.hidden_size}, {"weight_bytes_per_token", weight_bytes}};
+      if (on_gpu) {
+        j["gpu"] = gpu_json;
+        j["memory_bandwidth_kind"] = "device-to-device copy, read + write";
+      }
       j["memory_read_bandwidth_gb_s"] = bandwidth;
       j["plan"] = {{"decode_tokens", a->plan.decode_tokens}, {"repeats", a->plan.repeats}, {"warmup", a->plan.warmup}};
       for (const auto& r : results)
@@ -116,7 +159,9 @@ void add_bench_command(CLI::App& app) {
                                 {"depth", r.depth}, {"median_tok_s", r.median_tok_s}, {"min_tok_s", r.min_tok_s},
                                 {"max_tok_s", r.max_tok_s}, {"median_seconds", r.median_seconds},
                                 {"bytes_per_token", r.bytes_per_token}, {"achieved_gb_s", r.achieved_gb_s},
-                                {"fraction_of_memory_bandwidth", bandwidth > 0 ? r.achieved_gb_s / bandwidth : 0.0}});
+                                {"fraction_of_memory_bandwidth", bandwidth > 0 ? r.achieved_gb_s / bandwidth : 0.0},
+                                {"joules", r.joules}, {"average_watts", r.average_watts},
+                                {"tokens_per_joule", r.tokens_per_joule}});
       std::ofstream out(a->json);
       if (!out || !(out << j.dump(2) << "\n")) fail("cannot write {}", a->json);
     }

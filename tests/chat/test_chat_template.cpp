@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 // A fresh empty folder under the test's temporary directory.
 fs::path temp_model_dir(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("megaqwen_chat_" + name);
+  const fs::path dir = test::process_temp_dir("megaqwen_chat_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -33,7 +33,7 @@ std::string read_file(const fs::path& path) {
 
 // Runs the megaqwen binary's template command with `input` on stdin.
 RunResult run_template(const fs::path& model_dir, const std::string& input) {
-  const fs::path dir = fs::path(testing::TempDir()) / "megaqwen_template_command";
+  const fs::path dir = test::process_temp_dir("megaqwen_template_command");
   fs::create_directories(dir);
   std::ofstream(dir / "in.json", std::ios::binary) << input;
   const std::string command = fmt::format("'{}' template --model '{}' < '{}' > '{}' 2> '{}'", test::megaqwen_binary(),
@@ -71,7 +71,7 @@ TEST(TemplateCommand, RefusalsAreOneErrorLine) {
 }
 
 TEST(TemplateCommand, FolderWithoutTemplateIsAnError) {
-  const fs::path empty = fs::path(testing::TempDir()) / "megaqwen_no_template";
+  const fs::path empty = test::process_temp_dir("megaqwen_no_template");
   fs::create_directories(empty);
   const RunResult result = run_template(empty, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_NE(result.status, 0);

@@ -24,7 +24,7 @@ std::string slurp(const fs::path& p) {
 
 class ChatCli : public ::testing::Test {
  protected:
-  static fs::path dir() { return fs::path(testing::TempDir()) / "megaqwen_chat_cli"; }
+  static fs::path dir() { return test::process_temp_dir("megaqwen_chat_cli"); }
   static int sh(const std::string& command) {
     int raw = std::system(command.c_str());
     return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

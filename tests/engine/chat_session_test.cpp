@@ -41,7 +41,7 @@ TEST(SplitReasoning, CloseTagWithoutOpenTag) {
 class ChatSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() / "megaqwen_chat_session_test");
+    dir_ = new std::filesystem::path(test::process_temp_dir("megaqwen_chat_session_test"));
     SynthOptions o;
     o.preset = "tiny";
     o.seed = 7;

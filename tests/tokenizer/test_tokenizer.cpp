@@ -107,7 +107,7 @@ TEST(Tokenizer, CopiesShareOneImplementationAndWorkAcrossThreads) {
 }
 
 TEST(Tokenizer, LoadErrorsNameTheFile) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "megaqwen_bad_tokenizer";
+  const auto dir = test::process_temp_dir("megaqwen_bad_tokenizer");
   std::filesystem::create_directories(dir);
   {
     std::ofstream(dir / "tokenizer.json") << "{ not json";

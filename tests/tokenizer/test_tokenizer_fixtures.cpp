@@ -54,7 +54,7 @@ TEST(TokenizerFixtures, TransformersIntegrationCases) {
 
 // vocab.json + merges.txt (+ tokenizer_config.json) of the same folder must tokenize identically.
 TEST(TokenizerFixtures, TwoFileFormMatchesTokenizerJson) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "megaqwen_qwen3_two_file";
+  const auto dir = test::process_temp_dir("megaqwen_qwen3_two_file");
   std::filesystem::create_directories(dir);
   for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json"}) {
     std::filesystem::copy_file(test::qwen3_tokenizer_dir() / name, dir / name,

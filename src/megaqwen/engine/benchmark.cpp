@@ -64,16 +64,49 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
     if (depth < 1 || int64_t(depth) + n > engine.context_size())
       fail("decode at depth {} for {} tokens does not fit the context ({}); raise --ctx", depth, n, engine.context_size());
     const auto ids = bench_tokens(n + 1, vocab);
+    // An engine that samples on its device is timed as generation runs it: decode_only, then a greedy
+    // draw whose id is copied back (the logits stay on the device). Otherwise decode(), which hands the
+    // logits to the host sampler.
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    const std::vector<int32_t> no_history;
+    bool device_sampling = false;
     std::vector<double> seconds;
+    double joules = 0, energy_seconds = 0;
+    bool have_energy = bool(plan.energy_joules);
     for (int r = 0; r < plan.warmup + plan.repeats; ++r) {
       engine.truncate(0);
       engine.fill_cache_with_noise(depth - 1);  // the cache as if `depth - 1` tokens came before
       engine.decode(ids[0]);                    // position depth: not timed (first-touch effects)
+      if (r == 0) device_sampling = engine.sample_on_device(greedy, no_history).has_value();
+      const std::optional<double> e0 = have_energy ? plan.energy_joules() : std::nullopt;
       const double t0 = now_seconds();
-      for (int i = 1; i <= n; ++i) engine.decode(ids[size_t(i)]);
-      if (r >= plan.warmup) seconds.push_back(now_seconds() - t0);
+      for (int i = 1; i <= n; ++i) {
+        if (device_sampling) {
+          engine.decode_only(ids[size_t(i)]);
+          (void)engine.sample_on_device(greedy, no_history);
+        } else {
+          engine.decode(ids[size_t(i)]);
+        }
+      }
+      const double elapsed = now_seconds() - t0;
+      const std::optional<double> e1 = have_energy ? plan.energy_joules() : std::nullopt;
+      if (r >= plan.warmup) {
+        seconds.push_back(elapsed);
+        if (e0 && e1) {
+          joules += *e1 - *e0;
+          energy_seconds += elapsed;
+        } else {
+          have_energy = false;
+        }
+      }
     }
     BenchResult res = summarize("tg" + std::to_string(n) + "@d" + std::to_string(depth), true, n, depth, seconds);
+    if (have_energy && joules > 0) {
+      res.joules = joules;
+      res.average_watts = joules / energy_seconds;
+      res.tokens_per_joule = double(n) * double(plan.repeats) / joules;
+    }
     // Mean cached tokens read per step over the run: depth+1 .. depth+n.
     const double mean_cached = depth + (n + 1) / 2.0;
     res.bytes_per_token = weight_bytes + mean_cached * double(engine.kv_bytes_per_token());

@@ -2,6 +2,8 @@
 // median and spread, and achieved bandwidth (weight bytes + KV cache bytes read per token).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,9 @@ struct BenchPlan {
   int decode_tokens = 32;                   // tokens per decode measurement
   int repeats = 3;
   int warmup = 1;
+  // Optional: the device's cumulative energy counter in joules (NVML on a GPU). When set, decode
+  // tests also report average power and tokens per joule over their timed repeats.
+  std::function<std::optional<double>()> energy_joules;
 };
 
 struct BenchResult {
@@ -25,6 +30,8 @@ struct BenchResult {
   double median_seconds = 0;           // per repeat
   double bytes_per_token = 0;          // decode: weights + KV cache read per token (mean over the run)
   double achieved_gb_s = 0;            // decode: bytes_per_token x median tok/s
+  double joules = 0;                   // decode with an energy counter: energy over the timed repeats
+  double average_watts = 0, tokens_per_joule = 0;  // from `joules` (0 when not measured)
 };
 
 // `weight_bytes_per_token`: weight bytes one decode step streams (Qwen3Weights::bytes_per_token).

@@ -5,12 +5,27 @@
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/util/error.h"
 
+#ifdef MEGAQWEN_HAVE_CUDA
+#include "megaqwen/cuda/cublas_gemm.h"
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/cuda_engine.h"
+#endif
+
 namespace megaqwen {
 
 bool cuda_available(std::string* why) {
-  // The CUDA engine is not part of this build yet (see docs/ARCHITECTURE.md, "CUDA engine").
-  if (why) *why = "this build of megaqwen has no CUDA engine";
+#ifdef MEGAQWEN_HAVE_CUDA
+  if (!cuda::device_usable(why)) return false;
+  std::string missing;
+  if (!cuda::cublas_loadable(&missing)) {  // the CUDA engine's prefill needs it (opened at run time)
+    if (why) *why = "cuBLAS could not be opened (" + missing + "); put libcublas.so.13's folder on LD_LIBRARY_PATH";
+    return false;
+  }
+  return true;
+#else
+  if (why) *why = "this build of megaqwen has no CUDA engine (nvcc was not found at configure time)";
   return false;
+#endif
 }
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const EngineOptions& options) {
@@ -18,8 +33,14 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail("unknown device '{}'; choose auto, cpu or cuda", device);
   std::string why;
+  const bool want_cuda = device == "cuda" || (device == "auto" && cuda_available(&why));
   if (device == "cuda" && !cuda_available(&why)) fail("--device cuda: {}", why);
-  if (device == "auto" && !cuda_available(&why) && !options.quiet)
+#ifdef MEGAQWEN_HAVE_CUDA
+  if (want_cuda) return std::make_unique<cuda::CudaEngine>(std::move(model), cuda::CudaEngineOptions{.context = options.context});
+#else
+  (void)want_cuda;
+#endif
+  if (device == "auto" && !options.quiet)
     std::fprintf(stderr, "megaqwen: no usable GPU (%s); running on the CPU\n", why.c_str());
   return std::make_unique<CpuEngine>(std::move(model), CpuEngineOptions{options.context, options.threads});
 }

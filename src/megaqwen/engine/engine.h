@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "megaqwen/model/config.h"
+#include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen {
 
@@ -38,6 +40,22 @@ class Engine {
   virtual void fill_cache_with_noise(int n) = 0;
   // Bytes of KV cache one decode step reads per cached token (for achieved-bandwidth figures).
   virtual uint64_t kv_bytes_per_token() const = 0;
+
+  // Optional: sampling where the logits are (the CUDA engine), so only the token id crosses to the
+  // host. sample_on_device() draws from the logits of the latest prefill / decode / decode_only with
+  // `params`; `history` holds the tokens the penalties look at (prompt and generated, as for Sampler),
+  // and its length keys the random draw (same seed + same history = same token). nullopt: this engine
+  // does not sample on its device; use Sampler on the returned logits. The draws follow Sampler's
+  // rules (penalties, temperature, top-k, top-p, min-p; greedy = argmax, lowest id on ties) but not
+  // its random stream, so only greedy runs are token-identical across engines.
+  virtual std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {
+    (void)params;
+    (void)history;
+    return std::nullopt;
+  }
+  // Appends one token like decode() without handing the logits to the host: for callers that sample
+  // with sample_on_device(). Engines without device sampling just decode.
+  virtual void decode_only(int32_t token) { decode(token); }
 };
 
 }  // namespace megaqwen

@@ -83,8 +83,13 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
 
   const auto decode_start = std::chrono::steady_clock::now();
   result.finish = FinishReason::Length;
+  // An engine that samples on its device (Engine::sample_on_device) keeps the logits there: then the
+  // loop below never copies them to the host (decode_only instead of decode).
+  bool device_sampling = false;
   for (int produced = 0; produced < req.max_tokens; ++produced) {
-    const int32_t token = sampler.sample(logits, history);
+    const std::optional<int32_t> on_device = engine_.sample_on_device(req.sampling, history);
+    device_sampling = on_device.has_value();
+    const int32_t token = device_sampling ? *on_device : sampler.sample(logits, history);
     if (produced == 0) result.first_token_seconds = seconds_since(start);
     if (std::find(req.eos_ids.begin(), req.eos_ids.end(), token) != req.eos_ids.end()) {
       result.finish = FinishReason::Eos;
@@ -124,8 +129,12 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       result.finish = FinishReason::ContextFull;
       break;
     }
-    auto out = engine_.decode(token);
-    logits.assign(out.begin(), out.end());
+    if (device_sampling) {
+      engine_.decode_only(token);
+    } else {
+      auto out = engine_.decode(token);
+      logits.assign(out.begin(), out.end());
+    }
     cached_.push_back(token);
   }
   if (result.finish != FinishReason::StopString && !pending.empty()) {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, what scripts/gpu-check.sh runs on the GPU machine, where none of
+# our Debian -dev libraries exist and nothing can be installed:
+#   build-gpu/bin/megaqwen, build-gpu/bin/test_cuda   Release, sm_90a machine code + compute_80 PTX,
+#                                                      no -march=native, libstdc++/libgcc linked statically
+#   build-gpu/lib/                                     the non-system shared libraries they load (fmt,
+#                                                      pcre2, utf8proc, libedit, libbsd, libmd, ...)
+#   build-gpu/BUILD-INFO                               commit, compiler, ldd output
+# The CMake tree stays in build-gpu-tree/ (large, not carried). Carry build-gpu/ with the device tool:
+#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu"])
+# cuBLAS is not bundled (hundreds of MB): it is opened at run time from PyTorch's wheel on that machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "build-gpu.sh: nvcc not found" >&2; exit 1; }
+export PATH="/usr/local/cuda/bin:$PATH"
+jobs="${MEGAQWEN_JOBS:-2}"
+tree=build-gpu-tree
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+  -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" \
+  -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+cmake --build "$tree" -j "$jobs" --target megaqwen_cli test_cuda
+
+rm -rf build-gpu
+mkdir -p build-gpu/bin build-gpu/lib
+cp "$tree/megaqwen" "$tree/tests/cuda/test_cuda" build-gpu/bin/
+# Everything ldd resolves outside the C library, the dynamic loader and the driver goes along.
+for bin in build-gpu/bin/*; do ldd "$bin"; done | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*|libnvidia*) ;;
+    *) cp -L "$lib" build-gpu/lib/ ;;
+  esac
+done
+{
+  echo "commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) (plus uncommitted changes: $(git status --porcelain 2>/dev/null | wc -l) files)"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | awk '{print $NF}')"
+  echo "nvcc: $(nvcc --version | tail -1)"
+  echo "gcc: $(gcc --version | head -1)"
+  for bin in build-gpu/bin/*; do echo "--- ldd $bin"; ldd "$bin"; done
+} > build-gpu/BUILD-INFO
+du -sh build-gpu build-gpu/bin/* build-gpu/lib | sed 's/^/build-gpu.sh: /'

@@ -1,0 +1,372 @@
+#include "megaqwen/cuda/cuda_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/kernels.h"
+#include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cuda {
+
+namespace {
+
+constexpr int kDefaultContext = 4096;
+constexpr int kLogitRows = 128;          // rows of the LM head per pass in prefill_all_logits
+constexpr uint64_t kReserve = 512ull << 20;  // cuBLAS workspace, CUDA context, graph, allocator slack
+
+double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
+
+int resolve_context(const ModelConfig& c, int requested) {
+  const int context = requested > 0 ? requested : std::min(c.max_position_embeddings, kDefaultContext);
+  if (context > c.max_position_embeddings)
+    fail("context {} exceeds the model's max_position_embeddings {}", context, c.max_position_embeddings);
+  return context;
+}
+
+// The shapes the kernels are compiled for; checked once at load so a kernel never sees another.
+void check_shapes(const ModelConfig& c) {
+  if (c.is_hybrid()) fail("the CUDA engine runs Qwen3 dense models only; {} is a hybrid model", c.model_type);
+  if (!supported_head_dim(c.head_dim)) fail("the CUDA engine supports head_dim 64 or 128, the model has {}", c.head_dim);
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0 || !supported_group(c.num_heads / c.num_kv_heads))
+    fail("the CUDA engine supports 1, 2, 4 or 8 query heads per kv head; the model has {} / {}", c.num_heads,
+         c.num_kv_heads);
+  for (int n : {c.hidden_size, c.q_dim(), c.intermediate_size})
+    if (n % 8 != 0) fail("the CUDA engine needs hidden, q and intermediate sizes that are multiples of 8 (got {})", n);
+  if (c.hidden_size > 4096 || c.head_dim > 128)
+    fail("the CUDA engine's RMSNorm supports widths up to 4096 (hidden size {})", c.hidden_size);
+}
+
+}  // namespace
+
+CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options) {
+  const ModelConfig& c = model.config;
+  const uint64_t context = uint64_t(resolve_context(c, options.context));
+  const uint64_t T = uint64_t(std::max(1, std::min<int>(options.prefill_chunk, int(context))));
+  const uint64_t H = uint64_t(c.hidden_size), Q = uint64_t(c.q_dim()), KV = uint64_t(c.kv_dim()),
+                 I = uint64_t(c.intermediate_size), V = uint64_t(c.vocab_size);
+  const uint64_t widest = std::max({H, Q, I});
+  CudaMemoryPlan p;
+  p.weights = weight_device_bytes(model);
+  p.kv_cache = 2ull * uint64_t(c.num_layers) * context * KV * 2;
+  p.activations = 4 * T * (H + (Q + 2 * KV) + 2 * Q + 2 * I) + 2 * 2 * T * widest + 4 * uint64_t(kLogitRows) * V +
+                  4 * 4 * V /* logits, scratch, counts, history */ + 4 * 64 * Q * 2 + 4 * (6 * widest);
+  p.reserve = kReserve;
+  return p;
+}
+
+CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions options)
+    : model_(std::move(model)), options_(options) {
+  const ModelConfig& c = model_->config;
+  check_shapes(c);
+  context_ = resolve_context(c, options_.context);
+  chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
+
+  std::string why;
+  if (!device_usable(&why)) fail("--device cuda: {}", why);
+  CUDA_CHECK(cudaSetDevice(options_.device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
+  device_name_ = "cuda:" + std::to_string(options_.device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
+                 std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, " +
+                 std::to_string(int(std::lround(gib(prop.totalGlobalMem)))) + " GiB)";
+  if (attention_prefill_smem_bytes(c.head_dim) > size_t(prop.sharedMemPerBlockOptin))
+    fail("{} allows {} bytes of shared memory per block; the prefill attention needs {}", prop.name,
+         prop.sharedMemPerBlockOptin, attention_prefill_smem_bytes(c.head_dim));
+
+  // Fail with the numbers before allocating anything large.
+  const CudaMemoryPlan plan = plan_cuda_memory(*model_, options_);
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (plan.total() > free_bytes)
+    fail("the model does not fit on {}: it needs {:.2f} GiB (weights {:.2f}, KV cache {:.2f} for {} tokens, buffers "
+         "{:.2f}, reserve {:.2f}) but {:.2f} GiB of {:.2f} are free; ask for a smaller --ctx",
+         prop.name, gib(plan.total()), gib(plan.weights), gib(plan.kv_cache), context_, gib(plan.activations),
+         gib(plan.reserve), gib(free_bytes), gib(total_bytes));
+
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  weights_ = upload_weights(*model_);
+
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
+               I = size_t(c.intermediate_size), V = size_t(c.vocab_size), D = size_t(c.head_dim),
+               T = size_t(chunk_);
+  k_cache_.resize(L * size_t(context_) * KV);
+  v_cache_.resize(L * size_t(context_) * KV);
+  // Zero the cache once so a bug that reads past the filled positions reads zeros, not garbage that
+  // happens to work (tests poison it instead).
+  CUDA_CHECK(cudaMemset(k_cache_.data(), 0, k_cache_.bytes()));
+  CUDA_CHECK(cudaMemset(v_cache_.data(), 0, v_cache_.bytes()));
+
+  const std::vector<float> inv = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+  inv_freq_.resize(inv.size());
+  CUDA_CHECK(cudaMemcpy(inv_freq_.data(), inv.data(), inv_freq_.bytes(), cudaMemcpyHostToDevice));
+
+  const size_t widest = std::max({H, Q, I});
+  p_tokens_.resize(T);
+  p_x_.resize(T * H);
+  p_qkv_.resize(T * (Q + 2 * KV));
+  p_q_.resize(T * Q);
+  p_attn_.resize(T * Q);
+  p_gu_.resize(T * 2 * I);
+  p_hi_.resize(T * widest);
+  if (options_.split_activations) p_lo_.resize(T * widest);
+
+  // Split the cache of each kv head over about two blocks per SM at long context.
+  splits_ = std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64);
+  step_.resize(2);
+  d_x_.resize(H);
+  d_h_.resize(H);
+  d_qkv_.resize(Q + 2 * KV);
+  d_q_.resize(Q);
+  d_attn_.resize(Q);
+  d_act_.resize(I);
+  partial_o_.resize(size_t(c.num_heads) * size_t(splits_) * D);
+  partial_ml_.resize(size_t(c.num_heads) * size_t(splits_) * 2);
+  logits_.resize(V);
+  CUDA_CHECK(cudaMemset(logits_.data(), 0, logits_.bytes()));
+
+  argmax_partial_.resize(size_t(kArgmaxMaxBlocks));
+  sampled_.resize(1);
+  host_logits_ = PinnedBuffer<float>(V);
+  host_token_ = PinnedBuffer<int32_t>(1);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaEngine::~CudaEngine() {
+  if (graph_) cudaGraphExecDestroy(graph_);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void CudaEngine::check_tokens(std::span<const int32_t> tokens) const {
+  for (int32_t t : tokens)
+    if (t < 0 || t >= model_->config.vocab_size)
+      fail("token id {} is out of range (vocabulary size {})", t, model_->config.vocab_size);
+  if (int64_t(position_) + int64_t(tokens.size()) > context_)
+    fail("the context is full: {} tokens in the cache + {} new > context size {}", position_, tokens.size(), context_);
+}
+
+std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("prefill needs at least one token");
+  forward_prefill(tokens, nullptr);
+  const size_t V = size_t(model_->config.vocab_size);
+  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return {host_logits_.data(), V};
+}
+
+void CudaEngine::prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
+  if (tokens.empty()) fail("prefill needs at least one token");
+  check_tokens(tokens);
+  out.resize(tokens.size() * size_t(model_->config.vocab_size));
+  forward_prefill(tokens, out.data());
+}
+
+// One prefill pass per chunk of up to chunk_ tokens, each continuing after the cache so far.
+void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_logits) {
+  check_tokens(tokens);
+  if (!gemm_) gemm_ = std::make_unique<CublasGemm>(stream_);
+  const ModelConfig& c = model_->config;
+  const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
+  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
+  uint16_t* hi = p_hi_.data();
+  uint16_t* lo = options_.split_activations ? p_lo_.data() : nullptr;
+  if (all_logits && p_logits_.size() == 0) p_logits_.resize(size_t(kLogitRows) * size_t(V));
+
+  for (size_t begin = 0; begin < tokens.size(); begin += size_t(chunk_)) {
+    const int T = int(std::min(size_t(chunk_), tokens.size() - begin));
+    const int p0 = position_;
+    CUDA_CHECK(cudaMemcpyAsync(p_tokens_.data(), tokens.data() + begin, size_t(T) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    embed_rows(weights_.embed.data(), H, p_tokens_.data(), T, p_x_.data(), stream_);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const CudaLayerWeights& w = weights_.layers[size_t(l)];
+      // Attention block.
+      rms_norm_split(p_x_.data(), w.input_norm.data(), T, H, eps, hi, lo, stream_);
+      gemm_->gemm_split(hi, lo, w.qkv.data(), p_qkv_.data(), T, Q + 2 * KV, H, 0.0f);
+      qk_norm_rope({p_qkv_.data(), T, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm.data(), w.k_norm.data(),
+                    inv_freq_.data(), nullptr, p0, eps, p_q_.data(), k_layer(l), v_layer(l)},
+                   stream_);
+      attention_prefill({p_q_.data(), k_layer(l), v_layer(l), T, p0, c.num_heads, c.num_kv_heads, c.head_dim, scale,
+                         p_attn_.data()},
+                        stream_);
+      split_bf16(p_attn_.data(), size_t(T) * size_t(Q), hi, lo, stream_);
+      gemm_->gemm_split(hi, lo, w.o.data(), p_x_.data(), T, H, Q, 1.0f);  // x += attn Wo^T
+      // MLP block.
+      rms_norm_split(p_x_.data(), w.post_norm.data(), T, H, eps, hi, lo, stream_);
+      gemm_->gemm_split(hi, lo, w.gate_up.data(), p_gu_.data(), T, 2 * I, H, 0.0f);
+      swiglu_split(p_gu_.data(), T, I, hi, lo, stream_);
+      gemm_->gemm_split(hi, lo, w.down.data(), p_x_.data(), T, H, I, 1.0f);  // x += act Wd^T
+    }
+    const bool last_chunk = begin + size_t(T) == tokens.size();
+    if (all_logits) {
+      for (int r0 = 0; r0 < T; r0 += kLogitRows) {
+        const int rows = std::min(kLogitRows, T - r0);
+        rms_norm_split(p_x_.data() + size_t(r0) * size_t(H), weights_.final_norm.data(), rows, H, eps, hi, lo, stream_);
+        gemm_->gemm_split(hi, lo, weights_.lm_head, p_logits_.data(), rows, V, H, 0.0f);
+        CUDA_CHECK(cudaMemcpyAsync(all_logits + (begin + size_t(r0)) * size_t(V), p_logits_.data(),
+                                   size_t(rows) * size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        if (last_chunk && r0 + rows == T)
+          CUDA_CHECK(cudaMemcpyAsync(logits_.data(), p_logits_.data() + size_t(rows - 1) * size_t(V),
+                                     size_t(V) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));  // p_logits_ is reused by the next pass
+      }
+    } else if (last_chunk) {
+      rms_norm_split(p_x_.data() + size_t(T - 1) * size_t(H), weights_.final_norm.data(), 1, H, eps, hi, lo, stream_);
+      gemm_->gemm_split(hi, lo, weights_.lm_head, logits_.data(), 1, V, H, 0.0f);
+    }
+    // The host's token buffer and the cache must be consistent before the next chunk's copy.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    position_ += T;
+  }
+}
+
+// The decode step as a kernel sequence over fixed buffers: token and position come from step_ on
+// the device, so the same sequence (or its captured graph) serves every step.
+void CudaEngine::enqueue_decode_step() {
+  const ModelConfig& c = model_->config;
+  const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
+  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
+  const int32_t* token = step_.data();
+  const int32_t* pos = step_.data() + 1;
+  embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const CudaLayerWeights& w = weights_.layers[size_t(l)];
+    rms_norm_f32(d_x_.data(), w.input_norm.data(), 1, H, eps, d_h_.data(), stream_);
+    gemv_bf16(w.qkv.data(), d_h_.data(), Q + 2 * KV, H, d_qkv_.data(), GemvOut::Store, stream_);
+    qk_norm_rope({d_qkv_.data(), 1, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm.data(), w.k_norm.data(),
+                  inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(l), v_layer(l)},
+                 stream_);
+    attention_decode({d_q_.data(), k_layer(l), v_layer(l), pos, c.num_heads, c.num_kv_heads, c.head_dim, splits_, scale,
+                      partial_o_.data(), partial_ml_.data(), d_attn_.data()},
+                     stream_);
+    gemv_bf16(w.o.data(), d_attn_.data(), H, Q, d_x_.data(), GemvOut::Add, stream_);
+    rms_norm_f32(d_x_.data(), w.post_norm.data(), 1, H, eps, d_h_.data(), stream_);
+    gemv_bf16(w.gate_up.data(), d_h_.data(), 2 * I, H, d_act_.data(), GemvOut::SwiGLU, stream_);
+    gemv_bf16(w.down.data(), d_act_.data(), H, I, d_x_.data(), GemvOut::Add, stream_);
+  }
+  rms_norm_f32(d_x_.data(), weights_.final_norm.data(), 1, H, eps, d_h_.data(), stream_);
+  gemv_bf16(weights_.lm_head, d_h_.data(), V, H, logits_.data(), GemvOut::Store, stream_);
+}
+
+void CudaEngine::run_decode_step(int32_t token) {
+  check_tokens(std::span<const int32_t>(&token, 1));
+  // A pageable source: cudaMemcpyAsync returns once the 8 bytes are staged, so `in` may go away.
+  const int32_t in[2] = {token, position_};
+  CUDA_CHECK(cudaMemcpyAsync(step_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream_));
+  if (!options_.use_graph) {
+    enqueue_decode_step();
+  } else {
+    if (!graph_) {
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_decode_step();
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_CHECK(status);
+    }
+    CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  }
+  ++position_;
+}
+
+std::span<const float> CudaEngine::decode(int32_t token) {
+  run_decode_step(token);
+  const size_t V = size_t(model_->config.vocab_size);
+  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return {host_logits_.data(), V};
+}
+
+void CudaEngine::decode_only(int32_t token) { run_decode_step(token); }
+
+void CudaEngine::truncate(int n) {
+  if (n < 0 || n > position_) fail("cannot truncate the cache to {} tokens: it holds {}", n, position_);
+  position_ = n;  // entries past n are overwritten later
+}
+
+void CudaEngine::fill_cache_with_noise(int n) {
+  if (n < 0 || n > context_) fail("cannot fill the cache to {} tokens: the context holds {}", n, context_);
+  const size_t per_layer = size_t(n) * size_t(model_->config.kv_dim());
+  for (int l = 0; l < model_->config.num_layers; ++l) {
+    fill_noise_bf16(k_layer(l), per_layer, uint32_t(2 * l + 1), stream_);
+    fill_noise_bf16(v_layer(l), per_layer, uint32_t(2 * l + 2), stream_);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  position_ = n;
+}
+
+uint64_t CudaEngine::kv_bytes_per_token() const {
+  return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * 2;  // bf16
+}
+
+// counts_[id] = occurrences of id in `history`; updated incrementally when the history only grew.
+void CudaEngine::update_penalty_counts(std::span<const int32_t> history) {
+  const int V = model_->config.vocab_size;
+  if (counts_.size() == 0) {
+    counts_.resize(size_t(V));
+    CUDA_CHECK(cudaMemsetAsync(counts_.data(), 0, counts_.bytes(), stream_));
+    counted_.clear();
+  }
+  const bool extends = history.size() >= counted_.size() &&
+                       std::equal(counted_.begin(), counted_.end(), history.begin());
+  size_t from = counted_.size();
+  if (!extends) {
+    CUDA_CHECK(cudaMemsetAsync(counts_.data(), 0, counts_.bytes(), stream_));
+    counted_.clear();
+    from = 0;
+  }
+  std::vector<int32_t> fresh;
+  for (size_t i = from; i < history.size(); ++i)
+    if (history[i] >= 0 && history[i] < V) fresh.push_back(history[i]);  // as the CPU Sampler: skip bad ids
+  counted_.assign(history.begin(), history.end());
+  if (fresh.empty()) return;
+  if (history_ids_.size() < fresh.size()) history_ids_.resize(std::max(fresh.size(), size_t(4096)));
+  CUDA_CHECK(cudaMemcpyAsync(history_ids_.data(), fresh.data(), fresh.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream_));
+  count_tokens(history_ids_.data(), int(fresh.size()), counts_.data(), stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // `fresh` is pageable and goes away
+}
+
+std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {
+  params.validate();
+  const int V = model_->config.vocab_size;
+  LogitTransform t;
+  t.seed = params.seed;
+  t.step = history.size();
+  if (params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    update_penalty_counts(history);
+    t.counts = counts_.data();
+    t.repetition_penalty = params.repetition_penalty;
+    t.presence_penalty = params.presence_penalty;
+    t.frequency_penalty = params.frequency_penalty;
+  }
+  const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
+  if (params.greedy()) {
+    argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
+  } else if (!filtered) {
+    t.temperature = params.temperature;
+    t.gumbel = true;  // argmax(l / T + Gumbel) is a draw from softmax(l / T)
+    argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
+  } else {
+    t.temperature = params.temperature;
+    if (sample_scratch_.size() == 0) sample_scratch_.resize(size_t(V));
+    sample_filtered(logits_.data(), V, t, {params.top_k, params.top_p, params.min_p}, sample_scratch_.data(),
+                    sampled_.data(), stream_);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(host_token_.data(), sampled_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return host_token_.data()[0];
+}
+
+}  // namespace megaqwen::cuda

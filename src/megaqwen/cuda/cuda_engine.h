@@ -1,0 +1,109 @@
+// CudaEngine: the Qwen3 forward pass on one NVIDIA GPU, operator by operator.
+//
+// Prefill (a batch of tokens, chunked): cuBLAS bf16 GEMMs with fp32 accumulation for every linear
+// layer, own kernels for RMSNorm, QK-norm + RoPE + KV append, causal flash attention and SwiGLU.
+// The residual stream and every activation stay fp32; a GEMM input is passed as the two-term bf16
+// split hi + lo (two GEMMs, ~16 significant bits, close to fp32) unless split_activations is off.
+// Decode (one token): bf16 GEMV kernels with fp32 input vectors, fused QK-norm/RoPE/append,
+// split-KV attention (flash-decoding) and the LM head, captured once as a CUDA graph that reads the
+// token and its position from device memory, so one graph serves every step.
+// The KV cache is bf16 [layer, position, kv_head, D], sized from the requested context.
+// Sampling runs on the device (sample_on_device): only the token id is copied back.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "megaqwen/cuda/cublas_gemm.h"
+#include "megaqwen/cuda/cuda_weights.h"
+#include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/engine/engine.h"
+#include "megaqwen/model/model.h"
+
+namespace megaqwen::cuda {
+
+struct CudaEngineOptions {
+  int context = 0;                // KV cache capacity; 0: min(max_position_embeddings, 4096)
+  int device = 0;                 // CUDA device index
+  int prefill_chunk = 1024;       // tokens per prefill pass (activation memory grows with it)
+  bool split_activations = true;  // prefill GEMM inputs as bf16 hi + lo (false: bf16 only, half the GEMM work)
+  bool use_graph = true;          // replay the decode step as a CUDA graph (false: launch kernel by kernel)
+};
+
+// Bytes the engine needs on the device for `model` and `options` (weights, KV cache, buffers).
+struct CudaMemoryPlan {
+  uint64_t weights = 0, kv_cache = 0, activations = 0, reserve = 0;
+  uint64_t total() const { return weights + kv_cache + activations + reserve; }
+};
+CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options);
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions options = {});
+  ~CudaEngine() override;
+
+  const ModelConfig& config() const override { return model_->config; }
+  std::string device_name() const override { return device_name_; }
+  int context_size() const override { return context_; }
+  int position() const override { return position_; }
+
+  std::span<const float> prefill(std::span<const int32_t> tokens) override;
+  void prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) override;
+  std::span<const float> decode(int32_t token) override;
+  void truncate(int n) override;
+  void fill_cache_with_noise(int n) override;
+  uint64_t kv_bytes_per_token() const override;
+
+  std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
+  void decode_only(int32_t token) override;
+
+  const CudaEngineOptions& options() const { return options_; }
+  int decode_splits() const { return splits_; }
+  cudaStream_t stream() const { return stream_; }
+  // The latest logits, still on the device (tests).
+  const float* device_logits() const { return logits_.data(); }
+
+ private:
+  void check_tokens(std::span<const int32_t> tokens) const;
+  void forward_prefill(std::span<const int32_t> tokens, float* all_logits);
+  void enqueue_decode_step();
+  void run_decode_step(int32_t token);
+  void update_penalty_counts(std::span<const int32_t> history);
+  uint16_t* k_layer(int l) { return k_cache_.data() + size_t(l) * size_t(context_) * size_t(model_->config.kv_dim()); }
+  uint16_t* v_layer(int l) { return v_cache_.data() + size_t(l) * size_t(context_) * size_t(model_->config.kv_dim()); }
+
+  std::shared_ptr<const Model> model_;
+  CudaEngineOptions options_;
+  std::string device_name_;
+  int context_ = 0, position_ = 0, chunk_ = 0, splits_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t graph_ = nullptr;
+  std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
+  CudaWeights weights_;
+
+  DeviceBuffer<uint16_t> k_cache_, v_cache_;  // [L, context, kv_heads, D] bf16
+  DeviceBuffer<float> inv_freq_;               // [D/2]
+  // Prefill activations for a chunk of T <= chunk_ tokens.
+  DeviceBuffer<int32_t> p_tokens_;                // [chunk]
+  DeviceBuffer<float> p_x_, p_qkv_, p_q_, p_attn_, p_gu_;  // [T,H] [T,Q+2KV] [T,Q] [T,Q] [T,2I]
+  DeviceBuffer<uint16_t> p_hi_, p_lo_;            // [T, max(H, Q, I)] bf16 split of a GEMM input
+  DeviceBuffer<float> p_logits_;                  // [logit rows, V] for prefill_all_logits
+  // Decode state: one token.
+  DeviceBuffer<int32_t> step_;                    // [2]: token, position
+  DeviceBuffer<float> d_x_, d_h_, d_qkv_, d_q_, d_attn_, d_act_;
+  DeviceBuffer<float> partial_o_, partial_ml_;    // [heads, splits, D], [heads, splits, 2]
+  DeviceBuffer<float> logits_;                    // [V]: the latest logits (prefill or decode)
+  // Sampling.
+  DeviceBuffer<uint64_t> argmax_partial_;
+  DeviceBuffer<float> sample_scratch_;            // [V]
+  DeviceBuffer<int32_t> counts_, history_ids_, sampled_;
+  std::vector<int32_t> counted_;                  // the history counts_ holds
+  PinnedBuffer<float> host_logits_;               // [V]
+  PinnedBuffer<int32_t> host_token_;              // [1]
+};
+
+}  // namespace megaqwen::cuda

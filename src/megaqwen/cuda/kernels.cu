@@ -1,0 +1,212 @@
+// The launchers declared in kernels.h: grid shapes, template dispatch on head size and group, and a
+// launch check after each kernel. All device code lives in kernels/*.cuh (one concept per file).
+#include "megaqwen/cuda/kernels.h"
+
+#include <algorithm>
+#include <string>
+
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/kernels/attention_decode.cuh"
+#include "megaqwen/cuda/kernels/attention_prefill.cuh"
+#include "megaqwen/cuda/kernels/common.cuh"
+#include "megaqwen/cuda/kernels/elementwise.cuh"
+#include "megaqwen/cuda/kernels/gemv_bf16.cuh"
+#include "megaqwen/cuda/kernels/rmsnorm.cuh"
+#include "megaqwen/cuda/kernels/rope_qknorm.cuh"
+#include "megaqwen/cuda/kernels/sampling.cuh"
+#include "megaqwen/cuda/kernels/swiglu.cuh"
+
+namespace megaqwen::cuda {
+
+namespace {
+
+const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+bf16* as_bf16(uint16_t* p) { return reinterpret_cast<bf16*>(p); }
+
+// Grid for a grid-stride elementwise kernel.
+int elementwise_blocks(size_t n, int threads) {
+  return int(std::min<size_t>((n + size_t(threads) - 1) / size_t(threads), 65535 * 8));
+}
+
+[[noreturn]] void unsupported(const char* what, int value) {
+  // Reached only if the engine's load-time shape checks were bypassed.
+  throw_error(std::string("CUDA kernels: unsupported ") + what + " " + std::to_string(value));
+}
+
+}  // namespace
+
+void embed_rows(const uint16_t* table, int hidden, const int32_t* tokens, int T, float* x, cudaStream_t stream) {
+  if (T == 0) return;
+  embed_rows_kernel<<<T, 128, 0, stream>>>(as_bf16(table), hidden, tokens, x);
+  CUDA_CHECK_LAUNCH("embed_rows_kernel");
+}
+
+void split_bf16(const float* x, size_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
+  if (n == 0) return;
+  split_bf16_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(x, n, as_bf16(hi), as_bf16(lo));
+  CUDA_CHECK_LAUNCH("split_bf16_kernel");
+}
+
+void fill_noise_bf16(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_noise_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(as_bf16(dst), n, seed);
+  CUDA_CHECK_LAUNCH("fill_noise_kernel");
+}
+
+void rms_norm_f32(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {
+  if (n > kNormThreads * kNormMaxPerThread) unsupported("RMSNorm width", n);
+  if (rows == 0) return;
+  rms_norm_kernel<NormOut::F32><<<rows, kNormThreads, 0, stream>>>(x, w, n, eps, out, nullptr, nullptr);
+  CUDA_CHECK_LAUNCH("rms_norm_kernel<F32>");
+}
+
+void rms_norm_split(const float* x, const float* w, int rows, int n, float eps, uint16_t* hi, uint16_t* lo,
+                    cudaStream_t stream) {
+  if (n > kNormThreads * kNormMaxPerThread) unsupported("RMSNorm width", n);
+  if (rows == 0) return;
+  rms_norm_kernel<NormOut::Split><<<rows, kNormThreads, 0, stream>>>(x, w, n, eps, nullptr, as_bf16(hi), as_bf16(lo));
+  CUDA_CHECK_LAUNCH("rms_norm_kernel<Split>");
+}
+
+void qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  const dim3 grid(unsigned(a.T), unsigned(a.heads + a.kv_heads));
+  switch (a.head_dim) {
+    case 64:
+      qk_norm_rope_kernel<64><<<grid, 32, 0, stream>>>(a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm, a.inv_freq,
+                                                       a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache),
+                                                       as_bf16(a.v_cache));
+      break;
+    case 128:
+      qk_norm_rope_kernel<128><<<grid, 32, 0, stream>>>(a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm, a.inv_freq,
+                                                        a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache),
+                                                        as_bf16(a.v_cache));
+      break;
+    default: unsupported("head_dim", a.head_dim);
+  }
+  CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+}
+
+size_t attention_prefill_smem_bytes(int head_dim) {
+  return head_dim == 64 ? PrefillSmem<64>::kBytes : PrefillSmem<128>::kBytes;
+}
+
+namespace {
+template <int D>
+void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  static bool configured = false;  // the attribute is per function; set once (never during graph capture)
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(PrefillSmem<D>::kBytes)));
+    configured = true;
+  }
+  const dim3 grid(unsigned(div_up(a.T, kPrefillBQ)), unsigned(a.heads));
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  attention_prefill_kernel<D><<<grid, kPrefillThreads, PrefillSmem<D>::kBytes, stream>>>(
+      a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
+  CUDA_CHECK_LAUNCH("attention_prefill_kernel");
+}
+}  // namespace
+
+void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  switch (a.head_dim) {
+    case 64: launch_prefill_attention<64>(a, stream); break;
+    case 128: launch_prefill_attention<128>(a, stream); break;
+    default: unsupported("head_dim", a.head_dim);
+  }
+}
+
+namespace {
+template <int D, int G>
+void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  attention_decode_kernel<D, G><<<dim3(unsigned(a.kv_heads), unsigned(a.splits)), kDecodeAttnThreads, 0, stream>>>(
+      a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.pos_ptr, a.kv_heads, a.splits, scale_log2, a.partial_o,
+      a.partial_ml);
+  CUDA_CHECK_LAUNCH("attention_decode_kernel");
+  attention_decode_merge_kernel<D><<<a.heads, D, 0, stream>>>(a.partial_o, a.partial_ml, a.splits, a.out);
+  CUDA_CHECK_LAUNCH("attention_decode_merge_kernel");
+}
+template <int D>
+void dispatch_group(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  switch (a.heads / a.kv_heads) {
+    case 1: launch_decode_attention<D, 1>(a, stream); break;
+    case 2: launch_decode_attention<D, 2>(a, stream); break;
+    case 4: launch_decode_attention<D, 4>(a, stream); break;
+    case 8: launch_decode_attention<D, 8>(a, stream); break;
+    default: unsupported("GQA group", a.heads / a.kv_heads);
+  }
+}
+}  // namespace
+
+void attention_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64: dispatch_group<64>(a, stream); break;
+    case 128: dispatch_group<128>(a, stream); break;
+    default: unsupported("head_dim", a.head_dim);
+  }
+}
+
+void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, GemvOut mode, cudaStream_t stream) {
+  if (K % 8 != 0) unsupported("GEMV K (must be a multiple of 8)", K);
+  if (rows == 0) return;
+  constexpr int rows_per_block = (kGemvThreads / 32) * kGemvRowsPerWarp;
+  const int blocks = div_up(rows, rows_per_block);
+  switch (mode) {
+    case GemvOut::Store:
+      gemv_bf16_kernel<GemvEpilogue::Store><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      break;
+    case GemvOut::Add:
+      gemv_bf16_kernel<GemvEpilogue::Add><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      break;
+    case GemvOut::SwiGLU:
+      if (rows % 2 != 0) unsupported("SwiGLU GEMV rows (must be even)", rows);
+      gemv_bf16_kernel<GemvEpilogue::SwiGLU><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      break;
+  }
+  CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
+}
+
+void swiglu_split(const float* gu, int T, int I, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
+  const size_t n = size_t(T) * size_t(I);
+  if (n == 0) return;
+  swiglu_split_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(reinterpret_cast<const float2*>(gu), n,
+                                                                       as_bf16(hi), as_bf16(lo));
+  CUDA_CHECK_LAUNCH("swiglu_split_kernel");
+}
+
+int argmax_blocks(int V) { return std::clamp(div_up(V, 4 * kArgmaxThreads), 1, 264); }
+
+void argmax(const float* logits, int V, const LogitTransform& t, int blocks, uint64_t* partial, int32_t* out,
+            cudaStream_t stream) {
+  if (blocks < 1 || blocks > kArgmaxMaxBlocks) unsupported("argmax block count", blocks);
+  argmax_partial_kernel<<<blocks, kArgmaxThreads, 0, stream>>>(logits, V, t, partial);
+  CUDA_CHECK_LAUNCH("argmax_partial_kernel");
+  argmax_final_kernel<<<1, kArgmaxThreads, 0, stream>>>(partial, blocks, out);
+  CUDA_CHECK_LAUNCH("argmax_final_kernel");
+}
+
+void sample_filtered(const float* logits, int V, const LogitTransform& t, const FilterParams& f, float* scratch,
+                     int32_t* out, cudaStream_t stream) {
+  LogitTransform no_noise = t;
+  no_noise.gumbel = false;
+  transform_logits_kernel<<<elementwise_blocks(size_t(V), 256), 256, 0, stream>>>(logits, V, no_noise, scratch);
+  CUDA_CHECK_LAUNCH("transform_logits_kernel");
+  const bool top_k_on = f.top_k > 0 && f.top_k < V;
+  const int K = std::min({top_k_on ? f.top_k : kSampleCandidates, kSampleCandidates, V});
+  const bool normalize_over_k = top_k_on && f.top_k <= kSampleCandidates;
+  sample_filtered_kernel<<<1, kSampleThreads, 0, stream>>>(scratch, V, K, normalize_over_k, f.top_p, f.min_p, t.seed,
+                                                           t.step, out);
+  CUDA_CHECK_LAUNCH("sample_filtered_kernel");
+}
+
+void count_tokens(const int32_t* ids, int n, int32_t* counts, cudaStream_t stream) {
+  if (n == 0) return;
+  count_tokens_kernel<<<div_up(n, 256), 256, 0, stream>>>(ids, n, counts);
+  CUDA_CHECK_LAUNCH("count_tokens_kernel");
+}
+
+double counter_uniform(uint64_t seed, uint64_t step, uint32_t index) { return uniform_at(seed, step, index); }
+
+}  // namespace megaqwen::cuda

@@ -1,0 +1,86 @@
+// GEMV for decode: y = W x, W [rows, K] bf16 row-major (a weight as stored), x [K] fp32, fp32 sums.
+// Decode at batch 1 reads every weight once, so this kernel is a memory stream: each lane loads 16
+// bytes (8 bf16, one LDG.128) per step, a warp covers 512 contiguous bytes of a row per step, and
+// kRows rows x kUnroll steps of loads are issued before the first multiply so several KB per warp are
+// in flight. x (4-12 KB) is read through the read-only cache: every warp re-reads it, from L1/L2.
+// One warp owns kRows consecutive rows and finishes them with a shuffle reduction, so no atomics and
+// a fixed summation order (results do not depend on the grid). Epilogues: store, residual add
+// (y += Wx, the o and down projections), or SwiGLU over interleaved gate/up row pairs.
+#pragma once
+
+#include "megaqwen/cuda/kernels/common.cuh"
+
+namespace megaqwen::cuda {
+
+constexpr int kGemvThreads = 128;  // 4 warps per block
+constexpr int kGemvRowsPerWarp = 2;
+constexpr int kGemvUnroll = 4;
+
+enum class GemvEpilogue { Store, Add, SwiGLU };
+
+template <GemvEpilogue kEpi>
+__global__ __launch_bounds__(kGemvThreads) void gemv_bf16_kernel(const bf16* __restrict__ W, const float* __restrict__ x,
+                                                                 int rows, int K, float* __restrict__ y) {
+  constexpr int R = kGemvRowsPerWarp;
+  const int lane = threadIdx.x & 31;
+  const int r0 = (blockIdx.x * (kGemvThreads / 32) + (threadIdx.x >> 5)) * R;
+  if (r0 >= rows) return;
+  const int K8 = K / 8;  // 16-byte groups per row
+  const uint4* wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wrow[r] = reinterpret_cast<const uint4*>(W + size_t(min(r0 + r, rows - 1)) * size_t(K));
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+
+  float acc[R] = {};
+  int k = lane;
+  // Main loop: kUnroll steps of 32 groups, all loads first.
+  for (; k + 32 * (kGemvUnroll - 1) < K8; k += 32 * kGemvUnroll) {
+    uint4 wv[kGemvUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = __ldg(wrow[r] + k + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int g = k + 32 * u;
+      const float4 xa = __ldg(x4 + 2 * g), xb = __ldg(x4 + 2 * g + 1);
+      const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float f[8];
+        unpack_bf16x8(wv[u][r], f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(f[j], xs[j], acc[r]);
+      }
+    }
+  }
+  // Tail: fewer than kUnroll steps left.
+  for (; k < K8; k += 32) {
+    const float4 xa = __ldg(x4 + 2 * k), xb = __ldg(x4 + 2 * k + 1);
+    const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float f[8];
+      unpack_bf16x8(__ldg(wrow[r] + k), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r] = fmaf(f[j], xs[j], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane != 0) return;
+  if constexpr (kEpi == GemvEpilogue::SwiGLU) {
+    static_assert(R == 2, "a warp must own one gate/up pair");
+    const float g = acc[0];
+    y[r0 / 2] = g / (1.0f + expf(-g)) * acc[1];
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r >= rows) break;
+      if constexpr (kEpi == GemvEpilogue::Add) y[r0 + r] += acc[r];
+      else y[r0 + r] = acc[r];
+    }
+  }
+}
+
+}  // namespace megaqwen::cuda

@@ -1,0 +1,98 @@
+// Helpers shared by the GPU tests: skipping without a device, poisoned device buffers, random data,
+// and the error metric (max|a - b| / max|b|, b the CPU reference).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "megaqwen/cuda/cublas_gemm.h"
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/util/bf16.h"
+
+namespace megaqwen::test {
+
+// Skips the current test unless a usable CUDA device is present. Use as the first statement.
+#define MQ_REQUIRE_GPU()                                                          \
+  do {                                                                            \
+    std::string mq_why_;                                                          \
+    if (!::megaqwen::cuda::device_usable(&mq_why_)) GTEST_SKIP() << "no usable GPU: " << mq_why_; \
+  } while (0)
+
+// As MQ_REQUIRE_GPU, and cuBLAS must be loadable (a failure on a GPU machine, not a skip).
+#define MQ_REQUIRE_GPU_AND_CUBLAS()                                              \
+  do {                                                                           \
+    MQ_REQUIRE_GPU();                                                            \
+    std::string mq_why2_;                                                        \
+    ASSERT_TRUE(::megaqwen::cuda::cublas_loadable(&mq_why2_)) << mq_why2_;       \
+  } while (0)
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+inline std::vector<uint16_t> to_bf16(std::span<const float> v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> from_bf16(std::span<const uint16_t> v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+
+template <typename T>
+cuda::DeviceBuffer<T> upload(std::span<const T> host) {
+  cuda::DeviceBuffer<T> d(host.size());
+  CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <typename T>
+cuda::DeviceBuffer<T> upload(const std::vector<T>& host) {
+  return upload(std::span<const T>(host));
+}
+template <typename T>
+std::vector<T> download(const cuda::DeviceBuffer<T>& d, size_t n = SIZE_MAX) {
+  std::vector<T> host(std::min(n, d.size()));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(host.data(), d.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Output buffers are filled with NaN before each run, so an element the kernel forgot stays NaN.
+inline cuda::DeviceBuffer<float> poisoned_f32(size_t n) {
+  cuda::DeviceBuffer<float> d(n);
+  CUDA_CHECK(cudaMemset(d.data(), 0xff, d.bytes()));  // 0xffffffff is a NaN
+  return d;
+}
+inline cuda::DeviceBuffer<uint16_t> poisoned_bf16(size_t n) {
+  cuda::DeviceBuffer<uint16_t> d(n);
+  CUDA_CHECK(cudaMemset(d.data(), 0xff, d.bytes()));  // 0xffff is a bf16 NaN
+  return d;
+}
+
+// max|a - b| / max|b|; a non-finite a counts as infinite error.
+inline double rel_error(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::isfinite(a[i]) ? std::abs(double(a[i]) - double(b[i])) : INFINITY);
+    ref = std::max(ref, std::abs(double(b[i])));
+  }
+  return ref > 0 ? diff / ref : diff;
+}
+inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  return rel_error(std::span<const float>(a), std::span<const float>(b));
+}
+
+}  // namespace megaqwen::test

@@ -1,0 +1,232 @@
+// Device sampling: the argmax reduction for any block count with the winner planted in every block's
+// slice (first and last id) and at both ends, ties to the lowest id, NaN never winning; penalties as
+// the CPU Sampler applies them; top-k / top-p / min-p filtering; draws distributed as the CPU
+// Sampler's probabilities (checked by frequency over many keyed draws).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "megaqwen/cuda/kernels.h"
+#include "megaqwen/sampling/sampler.h"
+
+namespace megaqwen {
+namespace {
+
+using namespace test;
+
+int32_t device_argmax(const cuda::DeviceBuffer<float>& logits, int V, int blocks, const cuda::LogitTransform& t = {}) {
+  cuda::DeviceBuffer<uint64_t> partial(static_cast<size_t>(cuda::kArgmaxMaxBlocks));
+  cuda::DeviceBuffer<int32_t> out(1);
+  CUDA_CHECK(cudaMemset(out.data(), 0xff, 4));
+  cuda::argmax(logits.data(), V, t, blocks, partial.data(), out.data(), nullptr);
+  return download(out)[0];
+}
+
+void set_value(cuda::DeviceBuffer<float>& d, int i, float v) {
+  CUDA_CHECK(cudaMemcpy(d.data() + i, &v, sizeof v, cudaMemcpyHostToDevice));
+}
+
+TEST(CudaSampling, ArgmaxWinnerInEveryBlockSliceAndAtTheEdges) {
+  MQ_REQUIRE_GPU();
+  for (int V : {1, 31, 1000, 4097, 151936}) {
+    const auto base = random_floats(size_t(V), uint64_t(V), -10, 10);
+    auto d = upload(base);
+    for (int blocks : {1, 3, 7, 64, cuda::argmax_blocks(V), 1000, cuda::kArgmaxMaxBlocks}) {
+      EXPECT_EQ(device_argmax(d, V, blocks), argmax(base)) << "V " << V << " blocks " << blocks;
+      const int slice = (V + blocks - 1) / blocks;
+      std::vector<int> spots = {0, V - 1};
+      for (int b = 0; b < blocks && b * slice < V; ++b) {
+        spots.push_back(b * slice);
+        spots.push_back(std::min(V, (b + 1) * slice) - 1);
+      }
+      for (int at : spots) {
+        set_value(d, at, 100.0f);
+        ASSERT_EQ(device_argmax(d, V, blocks), at) << "V " << V << " blocks " << blocks << " winner at " << at;
+        set_value(d, at, base[size_t(at)]);
+      }
+    }
+  }
+}
+
+TEST(CudaSampling, ArgmaxTiesPickTheLowestIdAndNanNeverWins) {
+  MQ_REQUIRE_GPU();
+  const int V = 151936;
+  auto base = random_floats(size_t(V), 42, -10, 10);
+  auto d = upload(base);
+  for (int blocks : {1, 5, cuda::argmax_blocks(V), cuda::kArgmaxMaxBlocks}) {
+    for (auto [a, b] : {std::pair{5, 150000}, std::pair{70000, 70001}, std::pair{0, V - 1}}) {
+      set_value(d, b, 50.0f);
+      set_value(d, a, 50.0f);
+      EXPECT_EQ(device_argmax(d, V, blocks), a) << "tie " << a << "/" << b << " blocks " << blocks;
+      set_value(d, a, base[size_t(a)]);
+      set_value(d, b, base[size_t(b)]);
+    }
+    set_value(d, 1234, NAN);
+    EXPECT_EQ(device_argmax(d, V, blocks), argmax(base)) << "NaN won, blocks " << blocks;
+    set_value(d, 1234, base[1234]);
+  }
+  std::vector<float> all_nan(100, NAN);
+  auto dn = upload(all_nan);
+  EXPECT_EQ(device_argmax(dn, 100, 3), 0);
+}
+
+// Greedy with penalties: the device applies them as Sampler does, so the choice is the same.
+TEST(CudaSampling, GreedyWithPenaltiesMatchesCpuSampler) {
+  MQ_REQUIRE_GPU();
+  const int V = 5000;
+  const auto logits = random_floats(size_t(V), 9, -3, 3);
+  std::vector<int32_t> history;
+  for (int i = 0; i < 300; ++i) history.push_back(int32_t((i * 7919) % V));
+  std::vector<int32_t> counts(static_cast<size_t>(V), 0);
+  for (int32_t id : history) ++counts[size_t(id)];
+  auto dl = upload(logits);
+  auto dc = upload(counts);
+  for (auto [rep, pres, freq] : {std::tuple{1.3f, 0.0f, 0.0f}, std::tuple{1.0f, 0.5f, 0.2f}, std::tuple{0.8f, -0.5f, 0.1f}}) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.repetition_penalty = rep;
+    p.presence_penalty = pres;
+    p.frequency_penalty = freq;
+    std::vector<float> copy = logits;
+    const int32_t want = Sampler(p).sample(copy, history);
+    cuda::LogitTransform t;
+    t.counts = dc.data();
+    t.repetition_penalty = rep;
+    t.presence_penalty = pres;
+    t.frequency_penalty = freq;
+    EXPECT_EQ(device_argmax(dl, V, cuda::argmax_blocks(V), t), want) << rep << " " << pres << " " << freq;
+  }
+}
+
+int32_t device_filtered(const cuda::DeviceBuffer<float>& logits, int V, const cuda::LogitTransform& t,
+                        const cuda::FilterParams& f) {
+  cuda::DeviceBuffer<float> scratch(static_cast<size_t>(V));
+  cuda::DeviceBuffer<int32_t> out(1);
+  CUDA_CHECK(cudaMemset(out.data(), 0xff, 4));
+  cuda::sample_filtered(logits.data(), V, t, f, scratch.data(), out.data(), nullptr);
+  return download(out)[0];
+}
+
+TEST(CudaSampling, FilteredDrawsStayInsideTheFilter) {
+  MQ_REQUIRE_GPU();
+  const int V = 151936;
+  const auto logits = random_floats(size_t(V), 77, -8, 8);
+  auto d = upload(logits);
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  for (uint64_t step = 0; step < 50; ++step) {
+    cuda::LogitTransform t;
+    t.temperature = 0.7f;
+    t.seed = 3;
+    t.step = step;
+    // top_k = 1 is greedy.
+    EXPECT_EQ(device_filtered(d, V, t, {1, 1.0f, 0.0f}), order[0]);
+    // top_k = 20: one of the 20 largest.
+    const int32_t id = device_filtered(d, V, t, {20, 1.0f, 0.0f});
+    EXPECT_TRUE(std::find(order.begin(), order.begin() + 20, id) != order.begin() + 20) << id;
+    // A tiny top_p keeps only the top token; min_p = 1 likewise.
+    EXPECT_EQ(device_filtered(d, V, t, {0, 1e-6f, 0.0f}), order[0]);
+    EXPECT_EQ(device_filtered(d, V, t, {50, 1.0f, 1.0f}), order[0]);
+  }
+}
+
+// Frequencies of many keyed draws against the CPU Sampler's probabilities (computed the same way:
+// temperature, top-k, softmax over the kept set, top-p prefix, min-p floor). With 20,000 draws the
+// standard error of a probability p is sqrt(p(1-p)/20000) <= 0.0036; 0.015 is 4 standard errors.
+std::vector<double> cpu_probabilities(const std::vector<float>& logits, float temperature, int top_k, float top_p,
+                                      float min_p) {
+  const size_t V = logits.size();
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  size_t keep = top_k > 0 ? std::min(V, size_t(top_k)) : V;
+  std::vector<double> p(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i)
+    total += (p[i] = std::exp(double(logits[size_t(order[i])] / temperature - logits[size_t(order[0])] / temperature)));
+  for (double& x : p) x /= total;
+  if (top_p < 1) {
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += p[n++];
+      if (mass >= top_p) break;
+    }
+    keep = n;
+  }
+  if (min_p > 0) {
+    size_t n = 1;
+    while (n < keep && p[n] >= min_p * p[0]) ++n;
+    keep = n;
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += p[i];
+  std::vector<double> out(V, 0.0);
+  for (size_t i = 0; i < keep; ++i) out[size_t(order[i])] = p[i] / mass;
+  return out;
+}
+
+TEST(CudaSampling, DrawFrequenciesMatchTheCpuProbabilities) {
+  MQ_REQUIRE_GPU();
+  const int V = 40;
+  const auto logits = random_floats(size_t(V), 5, -2, 2);
+  auto d = upload(logits);
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  for (const Case& c : {Case{1.0f, 0, 1.0f, 0.0f}, Case{0.7f, 10, 1.0f, 0.0f}, Case{1.0f, 0, 0.8f, 0.0f},
+                        Case{1.3f, 20, 0.9f, 0.1f}}) {
+    const auto want = cpu_probabilities(logits, c.temperature, c.top_k, c.top_p, c.min_p);
+    const bool plain = c.top_k == 0 && c.top_p >= 1 && c.min_p <= 0;
+    std::vector<double> freq(static_cast<size_t>(V), 0.0);
+    const int draws = 20000;
+    cuda::DeviceBuffer<uint64_t> partial(static_cast<size_t>(cuda::kArgmaxMaxBlocks));
+    for (int s = 0; s < draws; ++s) {
+      cuda::LogitTransform t;
+      t.temperature = c.temperature;
+      t.seed = 11;
+      t.step = uint64_t(s);
+      int32_t id;
+      if (plain) {
+        t.gumbel = true;
+        id = device_argmax(d, V, 2, t);
+      } else {
+        id = device_filtered(d, V, t, {c.top_k, c.top_p, c.min_p});
+      }
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, V);
+      freq[size_t(id)] += 1.0 / draws;
+    }
+    for (int i = 0; i < V; ++i) {
+      EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 0.015) << "id " << i << " T " << c.temperature << " k " << c.top_k
+                                                           << " p " << c.top_p << " min_p " << c.min_p;
+      if (want[size_t(i)] == 0.0) {
+        EXPECT_EQ(freq[size_t(i)], 0.0) << "filtered id " << i << " was drawn";
+      }
+    }
+  }
+}
+
+TEST(CudaSampling, CounterUniformIsKeyedAndInRange) {
+  double sum = 0;
+  for (uint32_t i = 0; i < 100000; ++i) {
+    const double u = cuda::counter_uniform(1, 2, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 0.01);
+  EXPECT_NE(cuda::counter_uniform(1, 2, 3), cuda::counter_uniform(1, 3, 3));
+  EXPECT_NE(cuda::counter_uniform(1, 2, 3), cuda::counter_uniform(2, 2, 3));
+}
+
+}  // namespace
+}  // namespace megaqwen
