@@ -1,6 +1,7 @@
 // megaqwen info --model DIR: what a model folder holds (shapes, parameters, bytes, dtypes).
 #include <cstdio>
 #include <map>
+#include <string>
 
 #include "cli/commands.h"
 #include "megaqwen/model/model.h"
@@ -26,6 +27,17 @@ void add_info_command(CLI::App& app) {
     std::printf("hidden         %d\n", c.hidden_size);
     std::printf("heads          %d query, %d key/value (GQA %d), head_dim %d\n", c.num_heads, c.num_kv_heads,
                 c.num_heads / c.num_kv_heads, c.head_dim);
+    if (c.is_hybrid()) {
+      std::string pattern;
+      for (size_t i = 0; i < c.layer_types.size(); ++i)
+        pattern += (i ? "," : "") + std::string(c.layer_types[i] == LayerType::FullAttention ? "F" : "L");
+      std::printf("layer types    %d Gated DeltaNet (L), %d gated full attention (F): %s\n",
+                  c.count_layers(LayerType::LinearAttention), c.count_layers(LayerType::FullAttention), pattern.c_str());
+      std::printf("deltanet       %d key heads x %d, %d value heads x %d, conv kernel %d\n", c.linear_num_key_heads,
+                  c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim, c.linear_conv_kernel);
+      std::printf("rotary         %d of %d dims per head (partial_rotary_factor %g)\n", c.rotary_dim, c.head_dim,
+                  c.partial_rotary_factor);
+    }
     std::printf("intermediate   %d\n", c.intermediate_size);
     std::printf("vocabulary     %d\n", c.vocab_size);
     std::printf("context        %d (max_position_embeddings)\n", c.max_position_embeddings);
@@ -37,7 +49,13 @@ void add_info_command(CLI::App& app) {
     for (const auto& [dtype, e] : by_dtype)
       std::printf("dtype %-8s %d tensors, %.1f MB\n", dtype.c_str(), e.first, double(e.second) / 1e6);
     std::printf("weight bytes   %.1f MB in all, %.1f MB read per decoded token\n",
-                double(m->checkpoint->total_bytes()) / 1e6, double(m->weights.bytes_per_token()) / 1e6);
+                double(m->checkpoint->total_bytes()) / 1e6, double(m->weight_bytes_per_token()) / 1e6);
+    if (m->qwen35) {
+      // Parts of a Qwen3.5 folder the text engines do not run: left unread in the mapped files.
+      const Qwen35Weights& w = *m->qwen35;
+      std::printf("skipped        vision tower (model.visual.*): %d tensors, %.1f MB; MTP head (mtp.*): %d tensors, "
+                  "%.1f MB\n", w.vision_tensors, double(w.vision_bytes) / 1e6, w.mtp_tensors, double(w.mtp_bytes) / 1e6);
+    }
   });
 }
 

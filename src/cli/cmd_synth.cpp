@@ -9,7 +9,7 @@
 namespace megaqwen::cli {
 
 void add_synth_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("synth", "Write a model folder with seeded random weights at real Qwen3 shapes");
+  auto* cmd = app.add_subcommand("synth", "Write a model folder with seeded random weights at real Qwen3 / Qwen3.5 shapes");
   struct Args {
     SynthOptions options;
     std::string out, tokenizer, dtype = "bf16";
@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--preset", a->options.preset, "Shape preset:" + presets)->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "Random seed")->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder")->required();
-  cmd->add_option("--tokenizer", a->tokenizer, "Copy tokenizer files from this folder (e.g. ../shared/models/qwen3-0.6b)");
+  cmd->add_option("--tokenizer", a->tokenizer, "Copy tokenizer files from this folder (e.g. ../shared/models/qwen3-0.6b, ../shared/models/qwen3.5-0.8b)");
   cmd->add_option("--dtype", a->dtype, "Weight dtype: bf16, f16 or f32")->capture_default_str();
   cmd->add_option("-t,--threads", a->options.threads, "Threads (0: all)");
   cmd->callback([a] {

@@ -193,7 +193,10 @@ TEST_F(CliBadInput, BadConfigs) {
   };
   expect_one_error_line(generate(variant("llama", set("model_type", "llama"), {})),
                         {"config.json: unsupported architecture 'llama'", "supported: qwen3"});
-  expect_one_error_line(generate(variant("qwen35", set("model_type", "qwen3_5"), {})), {"unsupported architecture 'qwen3_5'"});
+  expect_one_error_line(generate(variant("qwen3next", set("model_type", "qwen3_next"), {})),
+                        {"unsupported architecture 'qwen3_next'"});
+  // A Qwen3 config relabelled qwen3_5 lacks the wrapper's language model.
+  expect_one_error_line(generate(variant("qwen35", set("model_type", "qwen3_5"), {})), {"missing required field 'text_config'"});
   expect_one_error_line(generate(variant("scaling", set("rope_scaling", {{"rope_type", "yarn"}}), {})),
                         {"rope_scaling {\"rope_type\": \"yarn\"} is not supported"});
   expect_one_error_line(generate(variant("hidden", set("hidden_size", "64"), {})),

@@ -21,17 +21,20 @@
 namespace megaqwen::test {
 
 inline std::filesystem::path hf_fixtures_dir() { return fixtures_dir() / "hf"; }
+// Qwen3.5 hybrid cases (tools/make_hf_fixtures_qwen35.py), same format.
+inline std::filesystem::path hf_qwen35_fixtures_dir() { return fixtures_dir() / "hf_qwen35"; }
 
-// The case folders (each has config.json and expected.json), sorted by name.
-inline std::vector<std::string> hf_fixture_cases() {
+// The case folders under `root` (each has config.json and expected.json), sorted by name.
+inline std::vector<std::string> fixture_cases(const std::filesystem::path& root) {
   std::vector<std::string> cases;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(hf_fixtures_dir(), ec))
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
     if (entry.is_directory() && std::filesystem::exists(entry.path() / "expected.json"))
       cases.push_back(entry.path().filename().string());
   std::sort(cases.begin(), cases.end());
   return cases;
 }
+inline std::vector<std::string> hf_fixture_cases() { return fixture_cases(hf_fixtures_dir()); }
 
 inline nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -67,7 +67,134 @@ TEST(Config, SynthJsonRoundTrips) {
     EXPECT_EQ(c.head_dim, preset.config.head_dim);
     EXPECT_EQ(c.eos_token_ids, preset.config.eos_token_ids);
     EXPECT_EQ(c.parameter_count(), preset.config.parameter_count());
+    EXPECT_EQ(c.architecture, preset.config.architecture);
+    EXPECT_EQ(c.model_type, preset.config.model_type);
+    EXPECT_EQ(c.layer_types, preset.config.layer_types);
+    EXPECT_EQ(c.rotary_dim, preset.config.is_hybrid() ? preset.config.rotary_dim : preset.config.head_dim);
+    EXPECT_EQ(c.mrope_section, preset.config.mrope_section);
+    EXPECT_EQ(c.linear_conv_dim(), preset.config.linear_conv_dim());
+    EXPECT_EQ(c.tie_word_embeddings, preset.config.tie_word_embeddings);
   }
+}
+
+// --- Qwen3.5 ------------------------------------------------------------------------------------
+
+std::filesystem::path qwen35_dir() { return test::shared_dir() / "models" / "qwen3.5-0.8b"; }
+json real_qwen35_config() {
+  std::ifstream in(qwen35_dir() / "config.json");
+  return json::parse(in);
+}
+// The real wrapper config with text_config[key] set to `value` (erased when value is discarded).
+json with_text(const std::string& key, const json& value) {
+  json j = real_qwen35_config();
+  if (value.is_discarded()) j["text_config"].erase(key);
+  else j["text_config"][key] = value;
+  return j;
+}
+const json kErase = json(json::value_t::discarded);
+
+TEST(Config, RealQwen3_5_0_8B) {
+  const ModelConfig c = load_model_config(qwen35_dir());
+  EXPECT_EQ(c.architecture, Architecture::Qwen3_5);
+  EXPECT_TRUE(c.is_hybrid());
+  EXPECT_EQ(c.model_type, "qwen3_5");
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.num_layers, 24);
+  ASSERT_EQ(c.layer_types.size(), 24u);
+  for (int i = 0; i < 24; ++i)
+    EXPECT_EQ(c.layer_types[size_t(i)], i % 4 == 3 ? LayerType::FullAttention : LayerType::LinearAttention) << i;
+  EXPECT_EQ(c.count_layers(LayerType::FullAttention), 6);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_EQ(c.mrope_section, (std::vector<int>{11, 11, 10}));
+  EXPECT_TRUE(c.mrope_interleaved);
+  EXPECT_TRUE(c.attn_output_gate);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
+  EXPECT_EQ(c.linear_num_key_heads, 16);
+  EXPECT_EQ(c.linear_num_value_heads, 16);
+  EXPECT_EQ(c.linear_key_head_dim, 128);
+  EXPECT_EQ(c.linear_value_head_dim, 128);
+  EXPECT_EQ(c.linear_conv_kernel, 4);
+  EXPECT_EQ(c.linear_conv_dim(), 6144);
+  EXPECT_EQ(c.intermediate_size, 3584);
+  EXPECT_EQ(c.vocab_size, 248320);
+  EXPECT_EQ(c.max_position_embeddings, 262144);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{248044});
+  EXPECT_EQ(c.mtp_num_hidden_layers, 1);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  // Language model only: embedding 254.3M, 18 DeltaNet + 6 attention layers, final norm, tied head.
+  EXPECT_EQ(c.parameter_count(), 752393024);
+  // The synthetic preset has the same shapes.
+  EXPECT_EQ(find_synth_preset("qwen3.5-0.8b").config.parameter_count(), c.parameter_count());
+}
+
+TEST(Config, Qwen35TextOnlyAndDefaults) {
+  // The qwen3_5_text form: the text config at the top level.
+  json text = real_qwen35_config()["text_config"];
+  const ModelConfig t = parse(text);
+  EXPECT_EQ(t.model_type, "qwen3_5_text");
+  EXPECT_EQ(t.layer_types.size(), 24u);
+  EXPECT_EQ(t.parameter_count(), 752393024);
+  // layer_types absent: every full_attention_interval-th layer is full attention (transformers' rule).
+  text.erase("layer_types");
+  text["full_attention_interval"] = 3;
+  const ModelConfig by_interval = parse(text);
+  for (int i = 0; i < 24; ++i)
+    EXPECT_EQ(by_interval.layer_types[size_t(i)], i % 3 == 2 ? LayerType::FullAttention : LayerType::LinearAttention);
+  // transformers' defaults: head_dim 256, partial rotary 0.25 (also as a top-level field).
+  text.erase("head_dim");
+  text["rope_parameters"].erase("partial_rotary_factor");
+  EXPECT_EQ(parse(text).rotary_dim, 64);
+  text["partial_rotary_factor"] = 0.5;
+  EXPECT_EQ(parse(text).rotary_dim, 128);
+  // The wrapper's own tie flag wins over the text config's.
+  json wrapper = real_qwen35_config();
+  wrapper["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse(wrapper).tie_word_embeddings);
+  wrapper.erase("tie_word_embeddings");
+  EXPECT_TRUE(parse(wrapper).tie_word_embeddings);
+}
+
+TEST(Config, Qwen35ErrorsNameTheField) {
+  json no_text = real_qwen35_config();
+  no_text.erase("text_config");
+  EXPECT_ERROR_HAS(parse(no_text), "cfg.json: missing required field 'text_config'");
+  no_text["text_config"] = json::array();
+  EXPECT_ERROR_HAS(parse(no_text), "field 'text_config' must be an object");
+  EXPECT_ERROR_HAS(parse(with_text("model_type", "qwen3")), "text_config.model_type 'qwen3' is not qwen3_5_text");
+  for (const char* key : {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "linear_conv_kernel_dim", "hidden_size", "vocab_size"}) {
+    SCOPED_TRACE(key);
+    EXPECT_ERROR_HAS(parse(with_text(key, kErase)), "missing required field", std::string("text_config.") + key);
+  }
+  EXPECT_ERROR_HAS(parse(with_text("linear_num_key_heads", "16")), "'text_config.linear_num_key_heads' must be an integer");
+  EXPECT_ERROR_HAS(parse(with_text("linear_num_value_heads", 24)),
+                   "linear_num_value_heads 24 is not a multiple of linear_num_key_heads 16");
+  EXPECT_ERROR_HAS(parse(with_text("layer_types", json::array({"linear_attention"}))),
+                   "text_config.layer_types has 1 entries but num_hidden_layers is 24");
+  json bad_type = real_qwen35_config();
+  bad_type["text_config"]["layer_types"][5] = "sliding_attention";
+  EXPECT_ERROR_HAS(parse(bad_type), "text_config.layer_types[5] = \"sliding_attention\" is not 'full_attention' or 'linear_attention'");
+  EXPECT_ERROR_HAS(parse(with_text("layer_types", "all")), "'text_config.layer_types' must be an array");
+  EXPECT_ERROR_HAS(parse(with_text("attn_output_gate", false)), "text_config.attn_output_gate = false is not supported");
+  EXPECT_ERROR_HAS(parse(with_text("mlp_only_layers", json::array({0}))), "text_config.mlp_only_layers [0] is not supported");
+  EXPECT_ERROR_HAS(parse(with_text("hidden_act", "gelu")), "unsupported hidden_act 'gelu'");
+  json rope = real_qwen35_config();
+  rope["text_config"]["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_ERROR_HAS(parse(rope), "text_config.rope_parameters.rope_type 'yarn' is not supported");
+  rope = real_qwen35_config();
+  rope["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.003;
+  EXPECT_ERROR_HAS(parse(rope), "partial_rotary_factor 0.003 of head_dim 256 gives 0 rotary dims");
+  rope = real_qwen35_config();
+  rope["text_config"]["rope_parameters"]["mrope_section"] = {20, 20, 10};
+  EXPECT_ERROR_HAS(parse(rope), "text_config.rope_parameters.mrope_section sums to 50 frequencies, more than the 32");
+  rope = real_qwen35_config();
+  rope["text_config"]["rope_parameters"].erase("rope_theta");
+  EXPECT_ERROR_HAS(parse(rope), "missing required field 'text_config.rope_theta'");
 }
 
 TEST(Config, OptionalFieldsDefault) {
@@ -145,8 +272,9 @@ TEST(Config, OutOfRange) {
 TEST(Config, OtherArchitecturesNamed) {
   json llama = with("model_type", "llama");
   llama["architectures"] = {"LlamaForCausalLM"};
-  EXPECT_ERROR_HAS(parse(llama), "cfg.json: unsupported architecture 'llama' (LlamaForCausalLM); supported: qwen3");
-  EXPECT_ERROR_HAS(parse(with("model_type", "qwen3_5")), "unsupported architecture 'qwen3_5'");
+  EXPECT_ERROR_HAS(parse(llama),
+                   "cfg.json: unsupported architecture 'llama' (LlamaForCausalLM); supported: qwen3, qwen3_5, qwen3_5_text");
+  EXPECT_ERROR_HAS(parse(with("model_type", "qwen3_next")), "unsupported architecture 'qwen3_next'");
   EXPECT_ERROR_HAS(parse(with("model_type", "qwen3_moe")), "unsupported architecture 'qwen3_moe'");
   EXPECT_ERROR_HAS(parse(with("model_type", "qwen2")), "unsupported architecture 'qwen2' (Qwen3ForCausalLM)");
 }

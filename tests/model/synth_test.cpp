@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/cpu_qwen35_engine.h"
+#include "megaqwen/engine/create_engine.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/model/synth.h"
 #include "megaqwen/util/bf16.h"
@@ -57,7 +59,8 @@ Stats stats(const TensorView& t) {
 // Copies the model in `from` to a new folder, passing each tensor's spec through `edit` (nullopt drops
 // the tensor; a changed spec gets zero bytes).
 fs::path rewrite(const fs::path& from, const std::string& suffix,
-                 const std::function<std::optional<TensorSpec>(const TensorSpec&)>& edit) {
+                 const std::function<std::optional<TensorSpec>(const TensorSpec&)>& edit,
+                 const std::vector<TensorSpec>& extra = {}) {
   const fs::path dir = test::scratch_dir(suffix);
   fs::copy_file(from / "config.json", dir / "config.json");
   const auto original = Checkpoint::open(from);
@@ -70,6 +73,10 @@ fs::path rewrite(const fs::path& from, const std::string& suffix,
       specs.push_back(*out);
       sources.push_back(same ? &original->get(t.name) : nullptr);
     }
+  }
+  for (const TensorSpec& spec : extra) {  // appended tensors, zero-filled
+    specs.push_back(spec);
+    sources.push_back(nullptr);
   }
   SafetensorsWriter writer(dir / "model.safetensors", specs);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -317,6 +324,93 @@ TEST_F(SynthTiny, MisalignedTensorsRefused) {
   EXPECT_EQ(Checkpoint::open(dir)->tensors().size(), 24u);  // the file itself is valid
   EXPECT_ERROR_HAS(load_model(dir.string()), "tensor 'model.embed_tokens.weight' is misaligned in",
                    "its BF16 data does not start at a multiple of 2 bytes");
+}
+
+// --- Qwen3.5 hybrid presets ----------------------------------------------------------------------
+
+// Both tiny hybrid presets load with the published dtypes (A_log and the gated norm in F32), the name
+// prefix of their form, and run on the hybrid engine with realistic logits.
+TEST(SynthQwen35, TinyHybridPresetsLoadAndRun) {
+  for (const std::string preset : {"tiny-hybrid", "tiny-hybrid-gqa"}) {
+    SCOPED_TRACE(preset);
+    const fs::path dir = test::scratch_dir("_" + preset);
+    write_synthetic_model({.preset = preset, .seed = 3, .dtype = DType::BF16, .out_dir = dir, .tokenizer_dir = {},
+                           .threads = 2});
+    const auto model = load_model(dir.string());
+    const ModelConfig& c = model->config;
+    ASSERT_TRUE(model->qwen35.has_value());
+    EXPECT_EQ(c.layer_types, find_synth_preset(preset).config.layer_types);
+    EXPECT_EQ(model->qwen35->prefix, preset == "tiny-hybrid" ? "model.language_model." : "model.");
+    int64_t f32_elements = 0;
+    for (const auto& [name, t] : model->checkpoint->tensors()) {
+      const bool f32 = name.ends_with("linear_attn.A_log") || name.ends_with("linear_attn.norm.weight");
+      EXPECT_EQ(t.dtype(), f32 ? DType::F32 : DType::BF16) << name;
+      if (f32) f32_elements += t.info->element_count();
+      const Stats st = stats(t);
+      EXPECT_EQ(st.non_finite, 0) << name;
+      EXPECT_GT(st.std, 0.0) << name;
+    }
+    EXPECT_EQ(model->checkpoint->total_bytes(), uint64_t(c.parameter_count()) * 2 + uint64_t(f32_elements) * 2);
+    // The (1 + w) norms are stored zero-centred, the gated norm's plain weight around 1.
+    const std::string& m = model->qwen35->prefix;
+    EXPECT_NEAR(stats(model->checkpoint->get(m + "norm.weight")).mean, 0.0, 0.03);
+    const int linear = c.layer_types[0] == LayerType::LinearAttention ? 0 : 1;
+    EXPECT_NEAR(stats(model->checkpoint->get(m + "layers." + std::to_string(linear) + ".linear_attn.norm.weight")).mean,
+                1.0, 0.05);
+
+    auto engine = create_engine(model, {.device = "cpu", .context = 64, .threads = 2, .quiet = true});
+    const std::vector<int32_t> prompt = {248045, 846, 198, 9419, 11, 1879, 0, 248319};
+    const auto first = engine->prefill(prompt);
+    double sum = 0, sum2 = 0;
+    for (float v : first) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum += v, sum2 += double(v) * v;
+    }
+    const double mean = sum / double(first.size());
+    EXPECT_GT(std::sqrt(sum2 / double(first.size()) - mean * mean), 0.5);
+    for (float v : engine->decode(42)) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(engine->position(), 9);
+    // No CUDA engine for hybrids yet: a clear refusal, in any build.
+    EXPECT_ERROR_HAS(create_engine(model, {.device = "cuda", .context = 64, .threads = 1, .quiet = true}),
+                     "--device cuda: the CUDA engine does not run Qwen3.5 hybrid models");
+  }
+}
+
+// The vision tower and the MTP head are counted and skipped (never bound); missing and misshapen
+// language-model tensors are refused by name.
+TEST(SynthQwen35, SkipsVisionAndMtpAndNamesBadTensors) {
+  const fs::path dir = test::scratch_dir("_hybrid");
+  write_synthetic_model({.preset = "tiny-hybrid", .seed = 5, .dtype = DType::BF16, .out_dir = dir, .tokenizer_dir = {},
+                         .threads = 2});
+  const std::string p = "model.language_model.layers.0.linear_attn.";
+  const auto with_extras = rewrite(dir, "_extras", [](const TensorSpec& s) { return std::optional(s); },
+                                   {{"model.visual.patch_embed.proj.weight", DType::BF16, {8, 4}},
+                                    {"model.visual.merger.linear_fc2.bias", DType::F32, {16}},
+                                    {"mtp.fc.weight", DType::BF16, {64, 128}}});
+  const auto model = load_model(with_extras.string());
+  EXPECT_EQ(model->qwen35->vision_tensors, 2);
+  EXPECT_EQ(model->qwen35->vision_bytes, 8u * 4 * 2 + 16 * 4);
+  EXPECT_EQ(model->qwen35->mtp_tensors, 1);
+  EXPECT_EQ(model->qwen35->mtp_bytes, 64u * 128 * 2);
+  EXPECT_EQ(model->weight_bytes_per_token(), load_model(dir.string())->weight_bytes_per_token());
+
+  const auto no_a_log = rewrite(dir, "_no_alog", [&](const TensorSpec& s) {
+    return s.name == p + "A_log" ? std::nullopt : std::optional(s);
+  });
+  EXPECT_ERROR_HAS(load_model(no_a_log.string()), "missing tensor '" + p + "A_log' (expected shape [2])");
+  const auto flat_conv = rewrite(dir, "_conv2d", [&](const TensorSpec& s) {
+    TensorSpec out = s;
+    if (s.name == p + "conv1d.weight") out.shape = {s.shape[0], s.shape[2]};
+    return std::optional(out);
+  });
+  EXPECT_ERROR_HAS(load_model(flat_conv.string()), "tensor '" + p + "conv1d.weight' has shape [192, 4], expected [192, 1, 4]");
+  const auto short_gate = rewrite(dir, "_noqgate", [](const TensorSpec& s) {
+    TensorSpec out = s;
+    if (s.name == "model.language_model.layers.1.self_attn.q_proj.weight") out.shape = {256, 64};
+    return std::optional(out);
+  });
+  EXPECT_ERROR_HAS(load_model(short_gate.string()),
+                   "tensor 'model.language_model.layers.1.self_attn.q_proj.weight' has shape [256, 64], expected [512, 64]");
 }
 
 }  // namespace

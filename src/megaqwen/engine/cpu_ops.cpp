@@ -104,6 +104,27 @@ void rms_norm(const float* x, const WeightVector& w, double eps, int64_t n, floa
   for (int64_t i = 0; i < n; ++i) out[i] = weight_at(w, i) * (x[i] * scale);
 }
 
+void rms_norm_zero_centered(const float* x, const WeightVector& w, double eps, int64_t n, float* out) {
+  double sum_sq = 0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+  const float scale = float(1.0 / std::sqrt(sum_sq / double(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = (1.0f + weight_at(w, i)) * (x[i] * scale);
+}
+
+void gated_rms_norm(const float* x, const float* gate, const WeightVector& w, double eps, int64_t n, float* out) {
+  double sum_sq = 0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+  const float scale = float(1.0 / std::sqrt(sum_sq / double(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight_at(w, i) * (x[i] * scale) * silu(gate[i]);
+}
+
+void l2_normalize(float* x, int64_t n, double eps) {
+  double sum_sq = 0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+  const float scale = float(1.0 / std::sqrt(sum_sq + eps));
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
 void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
   const int64_t rows = w.rows, cols = w.cols;
   if (tokens == 1) {

@@ -19,6 +19,15 @@ void matrix_row(const WeightMatrix& w, int64_t row, float* out);
 // out[n] = w * (x * rsqrt(mean(x^2) + eps)); x and out may alias.
 void rms_norm(const float* x, const WeightVector& w, double eps, int64_t n, float* out);
 
+// Qwen3.5's norm: out[n] = (1 + w) * (x * rsqrt(mean(x^2) + eps)), w stored zero-centred; x and out
+// may alias.
+void rms_norm_zero_centered(const float* x, const WeightVector& w, double eps, int64_t n, float* out);
+// Qwen3.5's gated norm of a DeltaNet head: out[n] = w * (x * rsqrt(mean(x^2) + eps)) * silu(gate), with
+// the plain weight w; x and out may alias.
+void gated_rms_norm(const float* x, const float* gate, const WeightVector& w, double eps, int64_t n, float* out);
+// x[n] *= rsqrt(sum(x^2) + eps), in place (the DeltaNet's q and k normalization).
+void l2_normalize(float* x, int64_t n, double eps);
+
 // out[t, :] = in[t, :] W^T for t < tokens: W is [rows, cols], in is [tokens, cols], out [tokens, rows].
 void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool);
 
@@ -31,5 +40,8 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+// log(1 + e^x), and x itself above 20 as torch.nn.functional.softplus does (no overflow, same values).
+inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 
 }  // namespace megaqwen::cpu

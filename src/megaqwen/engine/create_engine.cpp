@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/cpu_qwen35_engine.h"
 #include "megaqwen/util/error.h"
 
 #ifdef MEGAQWEN_HAVE_CUDA
@@ -32,6 +33,15 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   const std::string& device = options.device;
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail("unknown device '{}'; choose auto, cpu or cuda", device);
+  // Qwen3.5 hybrid models (Gated DeltaNet + gated attention) have a CPU engine only so far.
+  if (model->config.is_hybrid()) {
+    if (device == "cuda")
+      fail("--device cuda: the CUDA engine does not run Qwen3.5 hybrid models ({}) yet; use --device cpu",
+           model->config.model_type);
+    if (device == "auto" && !options.quiet)
+      std::fprintf(stderr, "megaqwen: Qwen3.5 hybrid models run on the CPU engine\n");
+    return std::make_unique<CpuHybridEngine>(std::move(model), CpuEngineOptions{options.context, options.threads});
+  }
   std::string why;
   const bool want_cuda = device == "cuda" || (device == "auto" && cuda_available(&why));
   if (device == "cuda" && !cuda_available(&why)) fail("--device cuda: {}", why);

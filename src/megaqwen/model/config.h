@@ -10,11 +10,21 @@
 
 namespace megaqwen {
 
-enum class Architecture { Qwen3 };
+enum class Architecture {
+  Qwen3,    // model_type qwen3: dense, every layer full attention
+  Qwen3_5,  // model_type qwen3_5 (multimodal wrapper, text under text_config) or qwen3_5_text: hybrid
+};
+
+// The token mixer of one layer of a hybrid model (config.json `layer_types`).
+enum class LayerType {
+  FullAttention,    // "full_attention": gated softmax attention with a KV cache
+  LinearAttention,  // "linear_attention": Gated DeltaNet with a conv state and a recurrent state
+};
+const char* layer_type_name(LayerType type);  // as written in config.json
 
 struct ModelConfig {
   Architecture architecture = Architecture::Qwen3;
-  std::string model_type;        // as written in config.json, e.g. "qwen3"
+  std::string model_type;        // as written in config.json: "qwen3", "qwen3_5" or "qwen3_5_text"
   int hidden_size = 0;           // H
   int num_layers = 0;            // L
   int num_heads = 0;             // query heads
@@ -29,10 +39,29 @@ struct ModelConfig {
   std::string torch_dtype;       // informational; each tensor's dtype comes from its header
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
+  int rotary_dim = 0;            // leading dims of each head RoPE rotates: head_dim, or less (partial rotary)
 
+  // Qwen3.5 hybrid only (Architecture::Qwen3_5); Qwen3 leaves them empty / zero.
+  std::vector<LayerType> layer_types;  // [L]: each layer's token mixer
+  double partial_rotary_factor = 1.0;  // rotary_dim = int(head_dim * factor)
+  bool attn_output_gate = false;       // full attention: q_proj also yields a sigmoid gate per head
+  std::vector<int> mrope_section;      // multimodal RoPE split (T, H, W); text positions make it plain RoPE
+  bool mrope_interleaved = false;
+  int linear_num_key_heads = 0;        // Gated DeltaNet: query/key heads
+  int linear_num_value_heads = 0;      // value heads (a multiple of the key heads)
+  int linear_key_head_dim = 0;
+  int linear_value_head_dim = 0;
+  int linear_conv_kernel = 0;          // causal depthwise conv width over q|k|v channels
+  int mtp_num_hidden_layers = 0;       // multi-token-prediction layers stored as mtp.* (not run)
+
+  bool is_hybrid() const { return architecture == Architecture::Qwen3_5; }
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
-  int64_t parameter_count() const;  // embedding, layers, final norm and an untied head
+  int linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
+  int linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
+  int linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }  // q | k | v channels
+  int count_layers(LayerType type) const;
+  int64_t parameter_count() const;  // embedding, layers, final norm and an untied head (no vision, no MTP)
 };
 
 // Parses config.json text; `source` names the file in error messages.

@@ -7,7 +7,11 @@ std::shared_ptr<const Model> load_model(const std::string& model_arg) {
   model->dir = resolve_model_dir(model_arg);
   model->config = load_model_config(model->dir);
   model->checkpoint = Checkpoint::open(model->dir);
-  model->weights = bind_qwen3_weights(*model->checkpoint, model->config);
+  if (model->config.is_hybrid()) {
+    model->qwen35 = bind_qwen35_weights(*model->checkpoint, model->config);
+  } else {
+    model->weights = bind_qwen3_weights(*model->checkpoint, model->config);
+  }
   return model;
 }
 

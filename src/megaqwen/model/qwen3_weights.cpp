@@ -6,9 +6,7 @@
 
 namespace megaqwen {
 
-namespace {
-
-const TensorView& expect(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape) {
+const TensorView& bind_tensor(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape) {
   const TensorView* t = ckpt.find(name);
   if (!t) fail("missing tensor '{}' (expected shape {})", name, TensorInfo{name, DType::F32, shape}.shape_string());
   if (t->dtype() != DType::BF16 && t->dtype() != DType::F16 && t->dtype() != DType::F32)
@@ -24,17 +22,15 @@ const TensorView& expect(const Checkpoint& ckpt, const std::string& name, std::v
   return *t;
 }
 
-WeightMatrix matrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
-  const TensorView& t = expect(ckpt, name, {rows, cols});
+WeightMatrix bind_matrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+  const TensorView& t = bind_tensor(ckpt, name, {rows, cols});
   return {t.data, t.dtype(), rows, cols, &t.name()};
 }
 
-WeightVector vector(const Checkpoint& ckpt, const std::string& name, int64_t size) {
-  const TensorView& t = expect(ckpt, name, {size});
+WeightVector bind_vector(const Checkpoint& ckpt, const std::string& name, int64_t size) {
+  const TensorView& t = bind_tensor(ckpt, name, {size});
   return {t.data, t.dtype(), size};
 }
-
-}  // namespace
 
 uint64_t Qwen3Weights::bytes_per_token() const {
   uint64_t n = embed.byte_size() / uint64_t(embed.rows) + final_norm.byte_size() + lm_head.byte_size();
@@ -48,25 +44,25 @@ uint64_t Qwen3Weights::bytes_per_token() const {
 Qwen3Weights bind_qwen3_weights(const Checkpoint& ckpt, const ModelConfig& c) {
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   Qwen3Weights w;
-  w.embed = matrix(ckpt, "model.embed_tokens.weight", V, H);
+  w.embed = bind_matrix(ckpt, "model.embed_tokens.weight", V, H);
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Qwen3LayerWeights l;
-    l.input_norm = vector(ckpt, p + "input_layernorm.weight", H);
-    l.q = matrix(ckpt, p + "self_attn.q_proj.weight", c.q_dim(), H);
-    l.k = matrix(ckpt, p + "self_attn.k_proj.weight", c.kv_dim(), H);
-    l.v = matrix(ckpt, p + "self_attn.v_proj.weight", c.kv_dim(), H);
-    l.q_norm = vector(ckpt, p + "self_attn.q_norm.weight", D);
-    l.k_norm = vector(ckpt, p + "self_attn.k_norm.weight", D);
-    l.o = matrix(ckpt, p + "self_attn.o_proj.weight", H, c.q_dim());
-    l.post_norm = vector(ckpt, p + "post_attention_layernorm.weight", H);
-    l.gate = matrix(ckpt, p + "mlp.gate_proj.weight", I, H);
-    l.up = matrix(ckpt, p + "mlp.up_proj.weight", I, H);
-    l.down = matrix(ckpt, p + "mlp.down_proj.weight", H, I);
+    l.input_norm = bind_vector(ckpt, p + "input_layernorm.weight", H);
+    l.q = bind_matrix(ckpt, p + "self_attn.q_proj.weight", c.q_dim(), H);
+    l.k = bind_matrix(ckpt, p + "self_attn.k_proj.weight", c.kv_dim(), H);
+    l.v = bind_matrix(ckpt, p + "self_attn.v_proj.weight", c.kv_dim(), H);
+    l.q_norm = bind_vector(ckpt, p + "self_attn.q_norm.weight", D);
+    l.k_norm = bind_vector(ckpt, p + "self_attn.k_norm.weight", D);
+    l.o = bind_matrix(ckpt, p + "self_attn.o_proj.weight", H, c.q_dim());
+    l.post_norm = bind_vector(ckpt, p + "post_attention_layernorm.weight", H);
+    l.gate = bind_matrix(ckpt, p + "mlp.gate_proj.weight", I, H);
+    l.up = bind_matrix(ckpt, p + "mlp.up_proj.weight", I, H);
+    l.down = bind_matrix(ckpt, p + "mlp.down_proj.weight", H, I);
     w.layers.push_back(l);
   }
-  w.final_norm = vector(ckpt, "model.norm.weight", H);
-  w.lm_head = c.tie_word_embeddings ? w.embed : matrix(ckpt, "lm_head.weight", V, H);
+  w.final_norm = bind_vector(ckpt, "model.norm.weight", H);
+  w.lm_head = c.tie_word_embeddings ? w.embed : bind_matrix(ckpt, "lm_head.weight", V, H);
   return w;
 }
 

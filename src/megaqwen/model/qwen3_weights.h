@@ -46,6 +46,12 @@ struct Qwen3Weights {
   uint64_t bytes_per_token() const;  // weight bytes one decode step reads (embedding: one row)
 };
 
+// The binding steps every weight binder shares: the tensor must be present, BF16, F16 or F32, of
+// exactly `shape`, and aligned for its dtype; the error names the tensor.
+const TensorView& bind_tensor(const Checkpoint& checkpoint, const std::string& name, std::vector<int64_t> shape);
+WeightMatrix bind_matrix(const Checkpoint& checkpoint, const std::string& name, int64_t rows, int64_t cols);
+WeightVector bind_vector(const Checkpoint& checkpoint, const std::string& name, int64_t size);
+
 // Binds every expected tensor, checking presence, dtype (BF16, F16 or F32) and exact shape; the error
 // names the tensor. `checkpoint` must outlive the result.
 Qwen3Weights bind_qwen3_weights(const Checkpoint& checkpoint, const ModelConfig& config);

@@ -1,5 +1,8 @@
 // Synthetic models: Hugging Face folders with seeded random weights at the exact shapes of real
-// Qwen3 models, so benchmarks and GPU tests get a full-size model without a download.
+// Qwen3 and Qwen3.5 models, so benchmarks and GPU tests get a full-size model without a download.
+// Qwen3.5 presets are written as the published folders are (the Qwen3_5ForConditionalGeneration
+// config, model.language_model.* names, A_log and the gated norm in F32; no vision or MTP tensors),
+// or as a text-only qwen3_5_text folder (tiny-hybrid-gqa).
 // Scales keep activations realistic: linear weights ~ U with std 1/sqrt(in) (unit-variance outputs),
 // norm weights near 1, embeddings with std 2.5/sqrt(H) (logits with std ~2.5 through the tied head).
 #pragma once
@@ -20,7 +23,7 @@ struct SynthPreset {
   ModelConfig config;
 };
 
-const std::vector<SynthPreset>& synth_presets();  // tiny, qwen3-0.6b, qwen3-1.7b, qwen3-4b
+const std::vector<SynthPreset>& synth_presets();  // tiny, qwen3-0.6b, ..., tiny-hybrid, qwen3.5-0.8b
 const SynthPreset& find_synth_preset(const std::string& name);  // Error listing the names
 
 struct SynthOptions {
