@@ -141,14 +141,6 @@ CudaEngine::~CudaEngine() {
   }
 }
 
-void CudaEngine::check_tokens(std::span<const int32_t> tokens) const {
-  for (int32_t t : tokens)
-    if (t < 0 || t >= model_->config.vocab_size)
-      fail("token id {} is out of range (vocabulary size {})", t, model_->config.vocab_size);
-  if (int64_t(position_) + int64_t(tokens.size()) > context_)
-    fail("the context is full: {} tokens in the cache + {} new > context size {}", position_, tokens.size(), context_);
-}
-
 std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
   forward_prefill(tokens, nullptr);
@@ -160,14 +152,14 @@ std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {
 
 void CudaEngine::prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
   if (tokens.empty()) fail("prefill needs at least one token");
-  check_tokens(tokens);
+  check_new_tokens(tokens);
   out.resize(tokens.size() * size_t(model_->config.vocab_size));
   forward_prefill(tokens, out.data());
 }
 
 // One prefill pass per chunk of up to chunk_ tokens, each continuing after the cache so far.
 void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_logits) {
-  check_tokens(tokens);
+  check_new_tokens(tokens);
   if (!gemm_) gemm_ = std::make_unique<CublasGemm>(stream_);
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
@@ -253,7 +245,7 @@ void CudaEngine::enqueue_decode_step() {
 }
 
 void CudaEngine::run_decode_step(int32_t token) {
-  check_tokens(std::span<const int32_t>(&token, 1));
+  check_new_tokens(std::span<const int32_t>(&token, 1));
   // A pageable source: cudaMemcpyAsync returns once the 8 bytes are staged, so `in` may go away.
   const int32_t in[2] = {token, position_};
   CUDA_CHECK(cudaMemcpyAsync(step_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream_));

@@ -68,7 +68,6 @@ class CudaEngine final : public Engine {
   const float* device_logits() const { return logits_.data(); }
 
  private:
-  void check_tokens(std::span<const int32_t> tokens) const;
   void forward_prefill(std::span<const int32_t> tokens, float* all_logits);
   void enqueue_decode_step();
   void run_decode_step(int32_t token);

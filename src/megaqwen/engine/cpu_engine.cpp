@@ -34,14 +34,6 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
 
 std::string CpuEngine::device_name() const { return "cpu (" + std::to_string(pool_.size()) + " threads)"; }
 
-void CpuEngine::check_tokens(std::span<const int32_t> tokens) const {
-  for (int32_t t : tokens)
-    if (t < 0 || t >= model_->config.vocab_size)
-      fail("token id {} is out of range (vocabulary size {})", t, model_->config.vocab_size);
-  if (int64_t(position_) + int64_t(tokens.size()) > context_)
-    fail("the context is full: {} tokens in the cache + {} new > context size {}", position_, tokens.size(), context_);
-}
-
 std::span<const float> CpuEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
   forward(tokens, nullptr);
@@ -84,7 +76,7 @@ uint64_t CpuEngine::kv_bytes_per_token() const {
 }
 
 void CpuEngine::forward(std::span<const int32_t> tokens, float* all_logits) {
-  check_tokens(tokens);
+  check_new_tokens(tokens);
   const size_t V = size_t(model_->config.vocab_size);
   for (size_t begin = 0; begin < tokens.size(); begin += kPrefillChunk) {
     auto chunk = tokens.subspan(begin, std::min<size_t>(kPrefillChunk, tokens.size() - begin));
@@ -96,7 +88,7 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
   const ModelConfig& c = model_->config;
   const Qwen3Weights& w = model_->weights;
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads, group = heads / kv_heads;
+  const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
   const double eps = c.rms_norm_eps;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -139,24 +131,8 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
       std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));
     }
 
-    // Causal attention: token t sees cache positions 0..p0+t; query head hd reads kv head hd/group.
-    pool_.parallel_for(size_t(T * heads), [&](size_t i0, size_t i1) {
-      std::vector<float> scores(size_t(p0 + T));
-      for (size_t i = i0; i < i1; ++i) {
-        const int64_t t = int64_t(i) / heads, hd = int64_t(i) % heads, g = hd / group, n = p0 + t + 1;
-        const float* qh = &q[size_t((t * heads + hd) * D)];
-        float max_score = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
-          scores[size_t(j)] = cpu::dot(qh, k_cache + j * KV + g * D, D) * scale;
-          max_score = std::max(max_score, scores[size_t(j)]);
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < n; ++j) sum += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
-        float* out = &attn[size_t((t * heads + hd) * D)];
-        std::fill(out, out + D, 0.0f);
-        for (int64_t j = 0; j < n; ++j) cpu::axpy(scores[size_t(j)] / sum, v_cache + j * KV + g * D, out, D);
-      }
-    });
+    // Causal attention: token t sees cache positions 0..p0+t; query head h reads kv head h/group.
+    cpu::causal_attention(q.data(), T, heads, kv_heads, D, p0, k_cache, v_cache, scale, attn.data(), pool_);
 
     // x = x + attn Wo^T
     cpu::matmul(L.o, attn.data(), T, delta.data(), pool_);

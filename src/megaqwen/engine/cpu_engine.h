@@ -38,7 +38,6 @@ class CpuEngine final : public Engine {
   // `all_logits` when given, and the last token's logits to logits_.
   void forward(std::span<const int32_t> tokens, float* all_logits);
   void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
-  void check_tokens(std::span<const int32_t> tokens) const;
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;

@@ -36,6 +36,14 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta);
 // Rotate-half RoPE on one head: pairs (i, i + D/2), angle = position * inv_freq[i].
 void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq);
 
+// Causal grouped-query attention of `tokens` new queries at positions first_position.. over a cache
+// laid out [position, kv_heads, head_dim] that already holds their keys and values:
+// out[t, h] = softmax_j(q[t, h] . K[j, h / group] * scale) V[j, h / group] for j <= first_position + t.
+// q and out are [tokens, heads, head_dim]; group = heads / kv_heads.
+void causal_attention(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
+                      ThreadPool& pool);
+
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
 

@@ -56,6 +56,11 @@ class Engine {
   // Appends one token like decode() without handing the logits to the host: for callers that sample
   // with sample_on_device(). Engines without device sampling just decode.
   virtual void decode_only(int32_t token) { decode(token); }
+
+ protected:
+  // For implementations, before appending `tokens`: every id within the vocabulary and room for all
+  // of them in the cache; throws Error naming the problem, leaving the engine unchanged.
+  void check_new_tokens(std::span<const int32_t> tokens) const;
 };
 
 }  // namespace megaqwen

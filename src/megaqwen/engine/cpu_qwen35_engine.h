@@ -1,0 +1,95 @@
+// CpuHybridEngine: the Qwen3.5 hybrid forward pass (Gated DeltaNet layers and gated full-attention
+// layers, per config layer_types) in fp32 on the CPU. Like CpuEngine it is the oracle later engines are
+// tested against, so forward_chunk() reads like the math in ../shared/docs/qwen-models.md section 2,
+// one function per step, and the operations are cpu_ops.h's.
+//
+// The cache of one sequence has three parts:
+//   - full-attention layers: k (after norm and RoPE) and v per position, [full layers, context, kv_heads, D];
+//   - DeltaNet layers: the recurrent state S per value head, [linear layers, nv, key dim, value dim],
+//     fp32, and the conv state, the last K-1 pre-conv inputs of every q|k|v channel.
+// The first part is indexed by position, so rolling it back is free. The DeltaNet states are not: they
+// summarize every token so far. truncate(n) therefore restores the latest snapshot of the states at a
+// position <= n and replays the remembered token ids from there to n (exact: the same computation
+// again). Snapshots are taken where a rollback is likely to land: at the end of every prefill call
+// (the prompt boundaries that Generator's prefix reuse returns to) and after a replay. At most
+// kMaxSnapshots are kept (the oldest is dropped first); without one, replay starts from position 0.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/engine.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/util/thread_pool.h"
+
+namespace megaqwen {
+
+class CpuHybridEngine final : public Engine {
+ public:
+  // Snapshots of the DeltaNet states kept for truncate(); ~20 MiB each at Qwen3.5-0.8B's shapes.
+  static constexpr size_t kMaxSnapshots = 8;
+
+  CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOptions options = {});
+
+  const ModelConfig& config() const override { return model_->config; }
+  std::string device_name() const override;
+  int context_size() const override { return context_; }
+  int position() const override { return position_; }
+
+  std::span<const float> prefill(std::span<const int32_t> tokens) override;
+  void prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) override;
+  std::span<const float> decode(int32_t token) override;
+  void truncate(int n) override;
+  void fill_cache_with_noise(int n) override;
+  uint64_t kv_bytes_per_token() const override;
+
+  // Positions with a stored snapshot of the DeltaNet states, ascending (for tests and stats).
+  std::vector<int> snapshot_positions() const;
+  // Tokens replayed by truncate() since construction (for tests: a rollback that lands on a snapshot
+  // replays nothing).
+  int64_t replayed_tokens() const { return replayed_tokens_; }
+
+ private:
+  struct Snapshot {
+    int position = 0;
+    std::vector<float> recurrent, conv;
+  };
+
+  // Runs `tokens` at positions position_.. and advances position_; logits of every token to
+  // `all_logits` when given, the last token's to logits_.
+  void forward(std::span<const int32_t> tokens, float* all_logits);
+  void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
+
+  // The layer steps over a chunk of T tokens; `h` is the normed input [T, H], `out` the block output [T, H].
+  void gated_attention(const Qwen35FullAttentionWeights& w, int slot, const float* h, int64_t T, float* out);
+  void gated_delta_net(const Qwen35LinearAttentionWeights& w, int slot, const float* h, int64_t T, float* out);
+  void causal_conv(const WeightMatrix& conv, int slot, float* qkv, int64_t T);
+  void delta_rule(int slot, const float* q, const float* k, const float* v, const float* beta, const float* g,
+                  int64_t T, float* o);
+  void swiglu_mlp(const Qwen35LayerWeights& w, const float* h, int64_t T, float* out);
+
+  void remember_states();  // snapshot of the DeltaNet states at position_
+  float* recurrent_state(int slot) { return &recurrent_[size_t(slot) * state_floats_]; }
+  float* conv_state(int slot) { return &conv_state_[size_t(slot) * conv_floats_]; }
+
+  std::shared_ptr<const Model> model_;
+  const Qwen35Weights& weights_;
+  ThreadPool pool_;
+  int context_ = 0;
+  int position_ = 0;
+  std::vector<int> slot_;            // [L]: the layer's index among the layers of its type
+  std::vector<float> inv_freq_;      // [rotary_dim / 2] RoPE frequencies
+  std::vector<float> k_cache_;       // [full layers, context, kv_heads, D]: k after norm and RoPE
+  std::vector<float> v_cache_;       // [full layers, context, kv_heads, D]
+  size_t state_floats_ = 0;          // per DeltaNet layer: nv * key dim * value dim
+  size_t conv_floats_ = 0;           // per DeltaNet layer: (K - 1) * C
+  std::vector<float> recurrent_;     // [linear layers, nv, key dim, value dim]: S[i][j], key i, value j
+  std::vector<float> conv_state_;    // [linear layers, K - 1, C]: the last K-1 pre-conv inputs, oldest first
+  std::vector<int32_t> tokens_;      // [context]: the ids in the cache, for replay; -1 = benchmark noise
+  std::vector<Snapshot> snapshots_;  // ascending position
+  int64_t replayed_tokens_ = 0;
+  std::vector<float> logits_;        // [V]
+};
+
+}  // namespace megaqwen
