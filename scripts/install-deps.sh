@@ -11,6 +11,7 @@ packages=(
   libpcre2-dev libutf8proc-dev      # tokenizer: regex with Unicode properties, NFC
   libedit-dev                       # chat line editing (BSD licensed)
   libcpp-httplib-dev                # server
+  chromium                          # server tests: the chat page in a headless browser
   python3
 )
 

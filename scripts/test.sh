@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+bash scripts/install-python-test-deps.sh  # the server tests drive the binary from Python
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
 if [ -n "${MEGAQWEN_FUZZ_SECONDS:-}" ] && [ -f scripts/run-fuzz.sh ]; then
   bash scripts/run-fuzz.sh

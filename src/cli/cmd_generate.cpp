@@ -53,7 +53,7 @@ void run_generate(const GenerateArgs& a) {
   req.stop_strings = a.stops;
   if (!a.ignore_eos) req.eos_ids = stop_token_ids(model->config, defaults, tokenizer ? &*tokenizer : nullptr);
   const bool text_out = tokenizer && !a.print_ids;
-  if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->token_bytes(id); };
+  if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->sampled_bytes(id); };
 
   auto engine = create_engine(model, a.model.engine);
   Generator generator(*engine);

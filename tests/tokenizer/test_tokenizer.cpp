@@ -48,6 +48,15 @@ TEST(Tokenizer, TokenBytesUndoTheByteMap) {
   EXPECT_EQ(tok.token_bytes(198), "\n");
 }
 
+TEST(Tokenizer, SampledIdsPastTheVocabularyHaveNoText) {
+  // The embedding has 151936 rows for 151669 tokens: a model can sample an id with no token.
+  const Tokenizer& tok = test::qwen3_tokenizer();
+  EXPECT_EQ(tok.sampled_bytes(279), " the");
+  EXPECT_EQ(tok.sampled_bytes(151669), "");
+  EXPECT_EQ(tok.sampled_bytes(151935), "");
+  EXPECT_EQ(tok.sampled_bytes(-5), "");
+}
+
 TEST(Tokenizer, BadIdsThrow) {
   const Tokenizer& tok = test::qwen3_tokenizer();
   EXPECT_THROW(tok.decode(Ids{9707, -1}), Error);

@@ -86,7 +86,7 @@ AssistantReply ChatSession::send(const std::string& user_text, const SamplingPar
   req.max_tokens = max_tokens;
   req.sampling = sampling;
   req.eos_ids = eos_ids_;
-  req.token_bytes = [this](int32_t id) { return tokenizer_.token_bytes(id); };
+  req.token_bytes = [this](int32_t id) { return tokenizer_.sampled_bytes(id); };
 
   GenerationResult r = generator_.run(req, on_text);
   // With thinking off the template already closed an empty <think> block in the prompt.

@@ -189,6 +189,14 @@ std::string_view Tokenizer::token_bytes(std::int32_t id) const {
   return std::string_view(impl_->all_bytes).substr(begin, end - begin);
 }
 
+std::string_view Tokenizer::sampled_bytes(std::int32_t id) const noexcept {
+  try {
+    return token_bytes(id);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
 std::optional<std::int32_t> Tokenizer::token_id(std::string_view token) const {
   const auto it = impl_->ids.find(token);
   if (it == impl_->ids.end()) return std::nullopt;

@@ -1,0 +1,83 @@
+// megaqwen serve: the OpenAI-compatible HTTP server and chat page (src/megaqwen/server). Prints one
+// "listening on http://HOST:PORT" line once it accepts connections (tests read the port from it, with
+// --port 0), and shuts down cleanly on SIGINT or SIGTERM.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common_options.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/server/http_server.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cli {
+
+namespace {
+
+struct ServeArgs {
+  ModelArgs model;
+  server::ServerOptions server;
+  std::string model_name;
+  double max_body_mib = 8;
+};
+
+void run_serve(ServeArgs a) {
+  // Block the stop signals before any thread starts (the engine's pool included), so every thread
+  // inherits the mask and only the watcher below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not the end of the server
+
+  auto model = load_model(a.model.model);
+  EngineOptions options = a.model.engine;
+  if (options.context == 0) options.context = std::min(model->config.max_position_embeddings, 8192);
+  auto engine = create_engine(model, options);
+  server::ServedModel served = server::ServedModel::load(model, engine->context_size(), a.model_name);
+  const std::string model_id = served.limits.id;
+  a.server.max_body_bytes = size_t(a.max_body_mib * 1024 * 1024);
+
+  server::HttpServer http(std::move(served), *engine, a.server);
+  const int port = http.bind();
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (!finished) std::fprintf(stderr, "megaqwen serve: signal %d, shutting down\n", sig);
+    http.stop();
+  });
+  std::printf("megaqwen serve: listening on http://%s:%d (model %s, %s, context %d tokens)\n",
+              a.server.host.c_str(), port, model_id.c_str(), engine->device_name().c_str(), engine->context_size());
+  std::fflush(stdout);
+  http.run();
+  finished = true;
+  kill(getpid(), SIGTERM);  // wake the watcher if the server stopped for another reason
+  watcher.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a chat page");
+  auto a = std::make_shared<ServeArgs>();
+  a->model.add_to(cmd);
+  cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->server.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", a->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
+      ->envname("MEGAQWEN_API_KEY");
+  cmd->add_option("--model-name", a->model_name, "Model id clients use (default: the folder's name)");
+  cmd->add_option("--queue", a->server.max_queued, "Most requests waiting for the engine; more get 503")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--timeout", a->server.timeout_seconds, "Seconds a request may take, queueing included")
+      ->capture_default_str()->check(CLI::Range(1, 86400));
+  cmd->add_option("--max-body-mib", a->max_body_mib, "Largest request body in MiB; larger get 413")
+      ->capture_default_str()->check(CLI::Range(0.001, 1024.0));
+  cmd->callback([a] { run_serve(*a); });
+}
+
+}  // namespace megaqwen::cli

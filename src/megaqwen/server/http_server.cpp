@@ -1,0 +1,386 @@
+#include "megaqwen/server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <exception>
+
+#include "megaqwen/server/api_error.h"
+#include "megaqwen/server/chat_page.h"
+#include "megaqwen/server/generation_job.h"
+#include "megaqwen/server/metrics.h"
+#include "megaqwen/server/scheduler.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// How often a waiting HTTP thread looks at its job (deadline, new text).
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// A stream with nothing to say writes an SSE comment this often, so a vanished client shows as a
+// failed write (and the generation is cancelled) even while the request waits in the queue.
+constexpr auto kKeepAliveInterval = std::chrono::seconds(1);
+
+void send_json(httplib::Response& res, int status, const ordered_json& body) {
+  res.status = status;
+  res.set_content(json_text(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_json(e)); }
+
+ApiError queue_timeout() {
+  return ApiError(503, "the request timed out waiting in the queue", "server_error", "", "queue_timeout");
+}
+
+// Metrics label of a path: the known routes, and "other" so unknown paths cannot grow the label set.
+std::string endpoint_label(const std::string& path) {
+  for (const char* known : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"})
+    if (path == known) return path;
+  return "other";
+}
+
+// Compares in a time that does not depend on where the strings differ (the length is no secret).
+bool same_secret(std::string_view given, std::string_view key) {
+  if (given.size() != key.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i]);
+  return diff == 0;
+}
+
+// Debian's cpp-httplib 0.11 listens with a compiled-in backlog of 5: a burst of clients connecting
+// at once overflows it and the kernel falls back to SYN cookies and resets. listen() again on the
+// bound socket raises the backlog (Linux allows it on a listening socket).
+class Listener : public httplib::Server {
+ public:
+  static constexpr int kBacklog = 1024;
+  bool widen_backlog() { return ::listen(svr_sock_, kBacklog) == 0; }
+};
+
+Usage usage_of(const GenerationResult& r) { return {r.prompt_tokens, int(r.tokens.size()), r.reused_tokens}; }
+
+// How a stream turns generated text into server-sent events; one per endpoint.
+class StreamFormat {
+ public:
+  virtual ~StreamFormat() = default;
+  virtual std::string begin() = 0;
+  virtual std::string text(std::string_view piece) = 0;
+  virtual std::string end(const GenerationResult& result) = 0;  // everything before [DONE]
+};
+
+class ChatStreamFormat : public StreamFormat {
+ public:
+  ChatStreamFormat(ResponseHeader header, ReplyParser parser, std::string forced_prefix, bool include_usage)
+      : header_(std::move(header)), parser_(std::move(parser)), forced_prefix_(std::move(forced_prefix)),
+        include_usage_(include_usage) {}
+
+  std::string begin() override {
+    std::string out = chunk({{"role", "assistant"}, {"content", ""}});
+    return out + deltas(parser_.feed(forced_prefix_));  // the forced start of a tool call is part of the reply
+  }
+  std::string text(std::string_view piece) override { return deltas(parser_.feed(piece)); }
+  std::string end(const GenerationResult& r) override {
+    std::string out = deltas(parser_.finish());
+    out += sse_event(chat_chunk_json(header_, ordered_json::object(), finish_reason(r.finish, tool_calls_sent_ > 0),
+                                     include_usage_));
+    if (include_usage_) out += sse_event(usage_chunk_json(header_, "chat.completion.chunk", usage_of(r)));
+    return out;
+  }
+
+ private:
+  std::string chunk(ordered_json delta) {
+    return sse_event(chat_chunk_json(header_, std::move(delta), std::nullopt, include_usage_));
+  }
+  std::string deltas(const ReplyDelta& d) {
+    std::string out;
+    if (!d.reasoning.empty()) out += chunk({{"reasoning_content", d.reasoning}});
+    if (!d.content.empty()) out += chunk({{"content", d.content}});
+    if (!d.tool_calls.empty()) {
+      out += chunk({{"tool_calls", tool_calls_json(d.tool_calls, tool_calls_sent_)}});
+      tool_calls_sent_ += d.tool_calls.size();
+    }
+    return out;
+  }
+
+  ResponseHeader header_;
+  ReplyParser parser_;
+  std::string forced_prefix_;
+  bool include_usage_;
+  size_t tool_calls_sent_ = 0;
+};
+
+class CompletionStreamFormat : public StreamFormat {
+ public:
+  CompletionStreamFormat(ResponseHeader header, bool include_usage)
+      : header_(std::move(header)), include_usage_(include_usage) {}
+  std::string begin() override { return ""; }
+  std::string text(std::string_view piece) override {
+    return sse_event(completion_chunk_json(header_, std::string(piece), std::nullopt, include_usage_));
+  }
+  std::string end(const GenerationResult& r) override {
+    std::string out = sse_event(completion_chunk_json(header_, "", finish_reason(r.finish, false), include_usage_));
+    if (include_usage_) out += sse_event(usage_chunk_json(header_, "text_completion", usage_of(r)));
+    return out;
+  }
+
+ private:
+  ResponseHeader header_;
+  bool include_usage_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServedModel served;
+  ServerOptions options;
+  Metrics metrics;
+  Scheduler scheduler;
+  Listener http;
+  const int64_t created = new_response_header("", "").created;
+
+  Impl(ServedModel s, Engine& engine, ServerOptions o)
+      : served(std::move(s)), options(std::move(o)),
+        scheduler(engine, options.max_queued, [this](const GenerationJob& job) { record(job); }) {
+    configure();
+  }
+
+  void record(const GenerationJob& job) {
+    const GenerationResult& r = job.result();
+    metrics.record_generation({r.prompt_tokens, r.reused_tokens, int(r.tokens.size()), job.first_token_seconds(),
+                               r.decode_seconds, r.finish == FinishReason::Cancelled});
+  }
+
+  void configure() {
+    // One HTTP thread per connection: enough for every queued request plus scrapes and page loads.
+    const size_t threads = options.max_queued + 16;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_payload_max_length(options.max_body_bytes);
+    http.set_read_timeout(30);
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics.record_request(endpoint_label(req.path), res.status);
+    });
+    // httplib's own refusals (unknown route, oversized body, malformed request) in OpenAI's shape;
+    // responses that already have a body are ours and stay as they are.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const int status = res.status;
+      if (status == 404) send_error(res, not_found(fmt::format("no route for {} {}", req.method, req.path)));
+      else if (status == 413) send_error(res, payload_too_large(options.max_body_bytes));
+      else send_error(res, ApiError(status, fmt::format("HTTP error {}", status),
+                                    status < 500 ? "invalid_request_error" : "server_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, ApiError(500, "internal error: " + what, "server_error"));
+    });
+
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(chat_page_html()), "text/html; charset=utf-8");
+    });
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"status", "ok"}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(scheduler.queued(), scheduler.running()), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created)); });
+    });
+    post("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) { chat(body, res); });
+    post("/v1/completions", [this](const std::string& body, httplib::Response& res) { complete(body, res); });
+  }
+
+  // Runs a handler with the API key checked and every failure turned into an error response.
+  template <typename F>
+  void guarded(const httplib::Request& req, httplib::Response& res, F&& handler) {
+    try {
+      if (!options.api_key.empty()) {
+        const std::string auth = req.get_header_value("Authorization");
+        constexpr std::string_view bearer = "Bearer ";
+        if (!auth.starts_with(bearer) || !same_secret(std::string_view(auth).substr(bearer.size()), options.api_key))
+          throw unauthorized();
+      }
+      handler();
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, invalid_request(e.what()));  // a library check the protocol layer did not anticipate
+    }
+  }
+
+  // A POST route whose body is read here, under the size limit (httplib's own limit covers bodies with
+  // a Content-Length; chunked bodies are counted as they arrive).
+  void post(const std::string& path, std::function<void(const std::string&, httplib::Response&)> handler) {
+    http.Post(path, httplib::Server::HandlerWithContentReader(
+                        [this, handler](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+                          std::string body;
+                          bool too_big = false;
+                          const bool ok = reader([&](const char* data, size_t n) {
+                            if (body.size() + n > options.max_body_bytes) {
+                              too_big = true;
+                              return false;
+                            }
+                            body.append(data, n);
+                            return true;
+                          });
+                          if (too_big || res.status == 413) {
+                            res.set_header("Connection", "close");  // the rest of the body is never read
+                            send_error(res, payload_too_large(options.max_body_bytes));
+                            return;
+                          }
+                          if (!ok) {
+                            res.set_header("Connection", "close");
+                            send_error(res, invalid_request("could not read the request body"));
+                            return;
+                          }
+                          guarded(req, res, [&] { handler(body, res); });
+                        }));
+    // A POST without a body never reaches a content-reader route.
+    http.Post(path, httplib::Server::Handler([this, handler](const httplib::Request& req, httplib::Response& res) {
+                guarded(req, res, [&] { handler(req.body, res); });
+              }));
+  }
+
+  std::shared_ptr<GenerationJob> submit(GenerationRequest request) {
+    auto job = std::make_shared<GenerationJob>(std::move(request),
+                                               Clock::now() + std::chrono::seconds(options.timeout_seconds));
+    if (!scheduler.submit(job))
+      throw overloaded(fmt::format("the server is busy ({} requests waiting); retry later", options.max_queued));
+    return job;
+  }
+
+  // Blocks until the job is done; 503 when it is still queued at its deadline.
+  static const GenerationResult& wait_for(GenerationJob& job) {
+    for (;;) {
+      std::string ignored;
+      if (job.wait(kPollInterval, ignored) == GenerationJob::State::Done) break;
+      if (Clock::now() >= job.deadline() && job.withdraw()) throw queue_timeout();
+    }
+    if (job.error()) throw *job.error();
+    return job.result();
+  }
+
+  void chat(const std::string& body, httplib::Response& res) {
+    ChatCompletionRequest r =
+        parse_chat_completion_request(parse_json_body(body), served.limits, served.wants_argument_objects());
+    ChatPrompt prompt = build_chat_prompt(served, r);
+    ReplyParser parser(prompt.starts_in_thinking, r.tools, r.tool_choice != ToolChoice::None);
+    ResponseHeader header = new_response_header("chatcmpl", served.limits.id);
+    auto job = submit(make_generation_request(served, std::move(prompt.tokens), r.options));
+    if (r.options.stream) {
+      stream(res, job,
+             std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix, r.options.include_usage));
+      return;
+    }
+    const GenerationResult& result = wait_for(*job);
+    ReplyDelta reply = parser.feed(prompt.forced_prefix + result.text);
+    ReplyDelta rest = parser.finish();
+    reply.reasoning += rest.reasoning;
+    reply.content += rest.content;
+    reply.tool_calls.insert(reply.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    send_json(res, 200,
+              chat_completion_json(header, reply, finish_reason(result.finish, !reply.tool_calls.empty()),
+                                   usage_of(result)));
+  }
+
+  void complete(const std::string& body, httplib::Response& res) {
+    CompletionRequest r = parse_completion_request(parse_json_body(body), served.limits);
+    ResponseHeader header = new_response_header("cmpl", served.limits.id);
+    auto job = submit(make_generation_request(served, build_completion_prompt(served, r), r.options));
+    if (r.options.stream) {
+      stream(res, job, std::make_shared<CompletionStreamFormat>(header, r.options.include_usage));
+      return;
+    }
+    const GenerationResult& result = wait_for(*job);
+    send_json(res, 200, completion_json(header, result.text, finish_reason(result.finish, false), usage_of(result)));
+  }
+
+  struct Progress {
+    bool begun = false;
+    Clock::time_point last_write = Clock::now();
+  };
+
+  // Streams a job as server-sent events. The provider runs on this request's HTTP thread after the
+  // handler returns; a failed write means the client left, which cancels the generation.
+  static void stream(httplib::Response& res, std::shared_ptr<GenerationJob> job, std::shared_ptr<StreamFormat> format) {
+    auto progress = std::make_shared<Progress>();
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job, format, progress](size_t, httplib::DataSink& sink) {
+          // httplib does not catch here: an exception would end the process, so it ends the stream.
+          try {
+            return write_events(*job, *format, *progress, sink);
+          } catch (const std::exception&) {
+            job->cancel();
+            return false;
+          }
+        },
+        [job](bool success) {
+          if (!success) job->cancel();
+        });
+  }
+
+  // One step of a stream: waits briefly for the job, writes what it has; false when the client left.
+  static bool write_events(GenerationJob& job, StreamFormat& format, Progress& progress, httplib::DataSink& sink) {
+    std::string out;
+    if (!progress.begun) {
+      out += format.begin();
+      progress.begun = true;
+    }
+    std::string text;
+    const bool done = job.wait(kPollInterval, text) == GenerationJob::State::Done;
+    const bool expired = !done && Clock::now() >= job.deadline() && job.withdraw();
+    if (!text.empty()) out += format.text(text);
+    if (expired) out += sse_event(error_json(queue_timeout()));
+    else if (done && job.error()) out += sse_event(error_json(*job.error()));
+    else if (done) out += format.end(job.result());
+    if (done || expired) out += kSseDone;
+    if (out.empty() && Clock::now() - progress.last_write >= kKeepAliveInterval) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+      if (!sink.write(out.data(), out.size())) {
+        job.cancel();
+        return false;
+      }
+      progress.last_write = Clock::now();
+    }
+    if (done || expired) sink.done();
+    return true;
+  }
+};
+
+HttpServer::HttpServer(ServedModel served, Engine& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(served), engine, std::move(options))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->options;
+  const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host) : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
+  if (port < 0) fail("cannot listen on {}:{} (address in use or not local?)", o.host, o.port);
+  if (!impl_->http.widen_backlog()) fail("cannot set the listen backlog on {}:{}", o.host, port);
+  return port;
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop() {
+  // Cancel generations first, so the streams they feed end and httplib's threads can be joined.
+  impl_->scheduler.stop();
+  impl_->http.stop();
+}
+
+}  // namespace megaqwen::server

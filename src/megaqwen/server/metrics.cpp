@@ -1,0 +1,72 @@
+#include "megaqwen/server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace megaqwen::server {
+
+void Metrics::record_request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::record_generation(const Generation& g) {
+  std::lock_guard lock(mutex_);
+  ++generations_;
+  if (g.cancelled) ++cancelled_;
+  prompt_tokens_ += g.prompt_tokens;
+  cached_tokens_ += g.cached_tokens;
+  generated_tokens_ += g.generated_tokens;
+  decode_seconds_total_ += g.decode_seconds;
+  if (g.generated_tokens > 1 && g.decode_seconds > 0)
+    last_decode_tokens_per_second_ = (g.generated_tokens - 1) / g.decode_seconds;
+  if (g.first_token_seconds >= 0) {
+    ++ttft_count_;
+    ttft_sum_ += g.first_token_seconds;
+    for (size_t i = 0; i < kTtftBuckets.size(); ++i)
+      if (g.first_token_seconds <= kTtftBuckets[i]) {
+        ++ttft_counts_[i];
+        break;
+      }
+  }
+}
+
+std::string Metrics::render(size_t queue_depth, size_t running) const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  family("megaqwen_requests_total", "counter", "HTTP requests by endpoint and status code.");
+  for (const auto& [key, count] : requests_)
+    out += fmt::format("megaqwen_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
+  family("megaqwen_generations_total", "counter", "Generations run on the engine.");
+  out += fmt::format("megaqwen_generations_total {}\n", generations_);
+  family("megaqwen_generations_cancelled_total", "counter", "Generations stopped by a client disconnect or timeout.");
+  out += fmt::format("megaqwen_generations_cancelled_total {}\n", cancelled_);
+  family("megaqwen_prompt_tokens_total", "counter", "Prompt tokens of all generations.");
+  out += fmt::format("megaqwen_prompt_tokens_total {}\n", prompt_tokens_);
+  family("megaqwen_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the KV cache (not prefilled).");
+  out += fmt::format("megaqwen_cached_prompt_tokens_total {}\n", cached_tokens_);
+  family("megaqwen_generated_tokens_total", "counter", "Generated tokens.");
+  out += fmt::format("megaqwen_generated_tokens_total {}\n", generated_tokens_);
+  family("megaqwen_decode_seconds_total", "counter", "Seconds spent decoding.");
+  out += fmt::format("megaqwen_decode_seconds_total {:.6f}\n", decode_seconds_total_);
+  family("megaqwen_decode_tokens_per_second", "gauge", "Decode speed of the last generation.");
+  out += fmt::format("megaqwen_decode_tokens_per_second {:.3f}\n", last_decode_tokens_per_second_);
+  family("megaqwen_queue_depth", "gauge", "Requests waiting for the engine.");
+  out += fmt::format("megaqwen_queue_depth {}\n", queue_depth);
+  family("megaqwen_requests_running", "gauge", "Requests being generated (0 or 1: one sequence at a time).");
+  out += fmt::format("megaqwen_requests_running {}\n", running);
+  family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
+  long long cumulative = 0;
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
+    cumulative += ttft_counts_[i];
+    out += fmt::format("megaqwen_time_to_first_token_seconds_bucket{{le=\"{}\"}} {}\n", kTtftBuckets[i], cumulative);
+  }
+  out += fmt::format("megaqwen_time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {}\n", ttft_count_);
+  out += fmt::format("megaqwen_time_to_first_token_seconds_sum {:.6f}\n", ttft_sum_);
+  out += fmt::format("megaqwen_time_to_first_token_seconds_count {}\n", ttft_count_);
+  return out;
+}
+
+}  // namespace megaqwen::server

@@ -1,0 +1,487 @@
+#include "megaqwen/server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "megaqwen/server/api_error.h"
+
+namespace megaqwen::server {
+
+namespace {
+
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxMessages = 100000;
+constexpr size_t kMaxTools = 256;
+constexpr int kMaxTokensLimit = 1 << 30;
+
+// ---- typed field access: null counts as absent; anything else must have the right type and range ----
+
+const ordered_json* field(const ordered_json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<double> number_field(const ordered_json& object, const char* key, double lo, double hi,
+                                   const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw invalid_request(fmt::format("'{}' must be a number", path), path);
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw invalid_request(fmt::format("'{}' must be between {} and {}", path, lo, hi), path);
+  return x;
+}
+
+std::optional<int64_t> integer_field(const ordered_json& object, const char* key, int64_t lo, int64_t hi,
+                                     const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) throw invalid_request(fmt::format("'{}' must be an integer", path), path);
+  // Unsigned values above int64's range are out of every range here.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+    throw invalid_request(fmt::format("'{}' must be between {} and {}", path, lo, hi), path);
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) throw invalid_request(fmt::format("'{}' must be between {} and {}", path, lo, hi), path);
+  return x;
+}
+
+std::optional<bool> bool_field(const ordered_json& object, const char* key, const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw invalid_request(fmt::format("'{}' must be a boolean", path), path);
+  return v->get<bool>();
+}
+
+std::optional<std::string> string_field(const ordered_json& object, const char* key, const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) throw invalid_request(fmt::format("'{}' must be a string", path), path);
+  return v->get<std::string>();
+}
+
+const ordered_json* object_field(const ordered_json& object, const char* key, const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (v && !v->is_object()) throw invalid_request(fmt::format("'{}' must be an object", path), path);
+  return v;
+}
+
+const ordered_json* array_field(const ordered_json& object, const char* key, const std::string& path) {
+  const ordered_json* v = field(object, key);
+  if (v && !v->is_array()) throw invalid_request(fmt::format("'{}' must be an array", path), path);
+  return v;
+}
+
+uint64_t fresh_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+void check_model(const ordered_json& body, const ModelLimits& model) {
+  std::optional<std::string> name = string_field(body, "model", "model");
+  if (name && *name != model.id)
+    throw invalid_request(fmt::format("unknown model '{}'; this server serves '{}'", *name, model.id), "model",
+                          "model_not_found");
+}
+
+// The options shared by /v1/chat/completions and /v1/completions.
+GenerationOptions parse_generation_options(const ordered_json& body, const ModelLimits& model,
+                                           const char* max_tokens_key) {
+  GenerationOptions o;
+  SamplingParams& s = o.sampling;
+  s = model.defaults;
+  if (auto v = number_field(body, "temperature", 0, 2, "temperature")) s.temperature = float(*v);
+  if (auto v = number_field(body, "top_p", 0, 1, "top_p")) {
+    if (*v == 0) throw invalid_request("'top_p' must be greater than 0", "top_p");
+    s.top_p = float(*v);
+  }
+  // vLLM's convention: -1 turns top-k off, as 0 does here.
+  if (auto v = integer_field(body, "top_k", -1, kMaxTokensLimit, "top_k")) s.top_k = *v < 0 ? 0 : int(*v);
+  if (auto v = number_field(body, "min_p", 0, 1, "min_p")) s.min_p = float(*v);
+  if (auto v = number_field(body, "presence_penalty", -2, 2, "presence_penalty")) s.presence_penalty = float(*v);
+  if (auto v = number_field(body, "frequency_penalty", -2, 2, "frequency_penalty")) s.frequency_penalty = float(*v);
+  if (auto v = number_field(body, "repetition_penalty", 0, 10, "repetition_penalty")) {
+    if (*v == 0) throw invalid_request("'repetition_penalty' must be greater than 0", "repetition_penalty");
+    s.repetition_penalty = float(*v);
+  }
+  // Any 64-bit integer is a seed; without one each request draws its own.
+  if (const ordered_json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) throw invalid_request("'seed' must be an integer", "seed");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>());
+  } else {
+    s.seed = fresh_seed();
+  }
+
+  // max_completion_tokens is the newer name of max_tokens in the chat API; it wins when both are given.
+  std::optional<int64_t> max_tokens = integer_field(body, "max_tokens", 1, kMaxTokensLimit, "max_tokens");
+  if (max_tokens_key)
+    if (auto v = integer_field(body, max_tokens_key, 1, kMaxTokensLimit, max_tokens_key)) max_tokens = v;
+  if (max_tokens) o.max_tokens = int(*max_tokens);
+
+  if (const ordered_json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      o.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > kMaxStopStrings)
+        throw invalid_request(fmt::format("'stop' takes at most {} strings", kMaxStopStrings), "stop");
+      for (const auto& s : *stop) {
+        if (!s.is_string()) throw invalid_request("'stop' must be a string or an array of strings", "stop");
+        o.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      throw invalid_request("'stop' must be a string or an array of strings", "stop");
+    }
+    for (const auto& s : o.stop)
+      if (s.empty()) throw invalid_request("'stop' strings must not be empty", "stop");
+  }
+
+  o.stream = bool_field(body, "stream", "stream").value_or(false);
+  if (const ordered_json* so = object_field(body, "stream_options", "stream_options"))
+    o.include_usage = bool_field(*so, "include_usage", "stream_options.include_usage").value_or(false);
+
+  if (auto n = integer_field(body, "n", 1, kMaxTokensLimit, "n"); n && *n != 1)
+    throw invalid_request("only n = 1 is supported", "n");
+  return o;
+}
+
+// OpenAI content: a string, or an array of parts of which only text parts are supported here.
+ordered_json normalize_content(const ordered_json& content, const std::string& path) {
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array()) throw invalid_request(fmt::format("'{}' must be a string or an array of parts", path), path);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const auto& part = content[i];
+    const std::string p = fmt::format("{}[{}]", path, i);
+    if (!part.is_object()) throw invalid_request(fmt::format("'{}' must be an object", p), p);
+    if (string_field(part, "type", p + ".type").value_or("") != "text")
+      throw invalid_request(fmt::format("'{}': only text content parts are supported", p), p + ".type");
+    std::optional<std::string> t = string_field(part, "text", p + ".text");
+    if (!t) throw invalid_request(fmt::format("'{}.text' is required", p), p + ".text");
+    if (!text.empty()) text += '\n';
+    text += *t;
+  }
+  return text;
+}
+
+ordered_json normalize_tool_call(const ordered_json& call, const std::string& path, bool arguments_as_objects) {
+  if (!call.is_object()) throw invalid_request(fmt::format("'{}' must be an object", path), path);
+  const ordered_json* fn = object_field(call, "function", path + ".function");
+  if (!fn) throw invalid_request(fmt::format("'{}.function' is required", path), path + ".function");
+  std::optional<std::string> name = string_field(*fn, "name", path + ".function.name");
+  if (!name || name->empty())
+    throw invalid_request(fmt::format("'{}.function.name' must be a non-empty string", path), path + ".function.name");
+  ordered_json out = {{"type", "function"}, {"function", {{"name", *name}}}};
+  if (auto id = string_field(call, "id", path + ".id")) out["id"] = *id;
+  const std::string arg_path = path + ".function.arguments";
+  if (const ordered_json* args = field(*fn, "arguments")) {
+    ordered_json arguments = *args;
+    if (arguments.is_string() && arguments_as_objects) {
+      arguments = ordered_json::parse(args->get<std::string>(), nullptr, false);
+      if (!arguments.is_object())
+        throw invalid_request(fmt::format("'{}' must be a JSON object (as text)", arg_path), arg_path);
+    } else if (!arguments.is_string() && !arguments.is_object()) {
+      throw invalid_request(fmt::format("'{}' must be a string of JSON or an object", arg_path), arg_path);
+    }
+    out["function"]["arguments"] = std::move(arguments);
+  } else {
+    out["function"]["arguments"] = arguments_as_objects ? ordered_json::object() : ordered_json("{}");
+  }
+  return out;
+}
+
+// A message as the chat templates read it (chat_request.h): roles checked, "developer" read as
+// "system", content flattened to text, tool-call arguments in the form the template wants.
+ordered_json normalize_message(const ordered_json& m, size_t index, bool arguments_as_objects) {
+  const std::string path = fmt::format("messages[{}]", index);
+  if (!m.is_object()) throw invalid_request(fmt::format("'{}' must be an object", path), path);
+  std::optional<std::string> role = string_field(m, "role", path + ".role");
+  if (!role) throw invalid_request(fmt::format("'{}.role' is required", path), path + ".role");
+  if (*role == "developer") role = "system";
+  if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool")
+    throw invalid_request(fmt::format("'{}.role' must be system, developer, user, assistant or tool", path),
+                          path + ".role");
+  ordered_json out = {{"role", *role}};
+  out["content"] = normalize_content(m.contains("content") ? m["content"] : ordered_json(), path + ".content");
+  if (*role != "assistant" && out["content"].is_null())
+    throw invalid_request(fmt::format("'{}.content' is required", path), path + ".content");
+  if (auto r = string_field(m, "reasoning_content", path + ".reasoning_content")) out["reasoning_content"] = *r;
+  if (auto id = string_field(m, "tool_call_id", path + ".tool_call_id")) out["tool_call_id"] = *id;
+  if (auto name = string_field(m, "name", path + ".name")) out["name"] = *name;
+  if (const ordered_json* calls = array_field(m, "tool_calls", path + ".tool_calls")) {
+    if (*role != "assistant")
+      throw invalid_request(fmt::format("'{}.tool_calls' is only allowed on assistant messages", path),
+                            path + ".tool_calls");
+    ordered_json list = ordered_json::array();
+    for (size_t i = 0; i < calls->size(); ++i)
+      list.push_back(normalize_tool_call((*calls)[i], fmt::format("{}.tool_calls[{}]", path, i), arguments_as_objects));
+    out["tool_calls"] = std::move(list);
+  }
+  return out;
+}
+
+ordered_json check_tool(const ordered_json& tool, size_t index) {
+  const std::string path = fmt::format("tools[{}]", index);
+  if (!tool.is_object()) throw invalid_request(fmt::format("'{}' must be an object", path), path);
+  if (string_field(tool, "type", path + ".type").value_or("function") != "function")
+    throw invalid_request(fmt::format("'{}.type' must be \"function\"", path), path + ".type");
+  const ordered_json* fn = object_field(tool, "function", path + ".function");
+  if (!fn) throw invalid_request(fmt::format("'{}.function' is required", path), path + ".function");
+  std::optional<std::string> name = string_field(*fn, "name", path + ".function.name");
+  if (!name || name->empty())
+    throw invalid_request(fmt::format("'{}.function.name' must be a non-empty string", path), path + ".function.name");
+  string_field(*fn, "description", path + ".function.description");
+  object_field(*fn, "parameters", path + ".function.parameters");
+  return tool;
+}
+
+// Bounds a body's shape before it is parsed: nesting deeper than kMaxDepth would recurse deeply in
+// the code that walks it, and ordered_json inserts object keys by linear search, so a huge object
+// would cost quadratic time. Scans the raw text once, skipping strings.
+constexpr size_t kMaxDepth = 64;
+constexpr size_t kMaxObjectMembers = 1024;
+
+void check_json_shape(std::string_view text) {
+  struct Level {
+    bool object;
+    size_t members;
+  };
+  std::vector<Level> stack;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '{' || c == '[') {
+      if (stack.size() >= kMaxDepth)
+        throw invalid_request(fmt::format("the body nests JSON deeper than {} levels", kMaxDepth));
+      stack.push_back({c == '{', 1});
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty()) stack.pop_back();
+    } else if (c == ',' && !stack.empty() && stack.back().object && ++stack.back().members > kMaxObjectMembers) {
+      throw invalid_request(fmt::format("the body has a JSON object with more than {} members", kMaxObjectMembers));
+    }
+  }
+}
+
+}  // namespace
+
+std::string json_text(const ordered_json& j) {
+  // Generated text may hold invalid UTF-8 (a model can emit any bytes): replace, never throw.
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+ordered_json parse_json_body(std::string_view body) {
+  check_json_shape(body);
+  ordered_json j;
+  try {
+    j = ordered_json::parse(body);
+  } catch (const ordered_json::exception& e) {
+    // nlohmann's message names the byte offset and the problem (also for invalid UTF-8, and for
+    // numbers too large for a double, which are out_of_range rather than parse errors).
+    throw invalid_request(fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw invalid_request("the body must be a JSON object");
+  return j;
+}
+
+ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, const ModelLimits& model,
+                                                    bool tool_arguments_as_objects) {
+  check_model(body, model);
+  ChatCompletionRequest r;
+  r.options = parse_generation_options(body, model, "max_completion_tokens");
+  if (auto lp = bool_field(body, "logprobs", "logprobs"); lp && *lp)
+    throw invalid_request("logprobs are not supported", "logprobs");
+
+  const ordered_json* messages = array_field(body, "messages", "messages");
+  if (!messages || messages->empty()) throw invalid_request("'messages' must be a non-empty array", "messages");
+  if (messages->size() > kMaxMessages) throw invalid_request("too many messages", "messages");
+  for (size_t i = 0; i < messages->size(); ++i)
+    r.messages.push_back(normalize_message((*messages)[i], i, tool_arguments_as_objects));
+
+  if (const ordered_json* tools = array_field(body, "tools", "tools")) {
+    if (tools->size() > kMaxTools) throw invalid_request(fmt::format("at most {} tools", kMaxTools), "tools");
+    for (size_t i = 0; i < tools->size(); ++i) r.tools.push_back(check_tool((*tools)[i], i));
+  }
+  r.tool_choice = r.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+  if (const ordered_json* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") r.tool_choice = ToolChoice::None;
+      else if (c == "auto") r.tool_choice = r.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+      else if (c == "required") r.tool_choice = ToolChoice::Required;
+      else throw invalid_request("'tool_choice' must be none, auto, required or a function", "tool_choice");
+    } else if (choice->is_object()) {
+      const ordered_json* fn = object_field(*choice, "function", "tool_choice.function");
+      std::optional<std::string> name = fn ? string_field(*fn, "name", "tool_choice.function.name") : std::nullopt;
+      if (!name) throw invalid_request("'tool_choice.function.name' is required", "tool_choice");
+      r.tool_choice = ToolChoice::Function;
+      r.forced_function = *name;
+    } else {
+      throw invalid_request("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function) && r.tools.empty())
+      throw invalid_request("'tool_choice' requires 'tools'", "tool_choice");
+    if (r.tool_choice == ToolChoice::Function) {
+      bool known = false;
+      for (const auto& t : r.tools) known = known || t["function"]["name"] == r.forced_function;
+      if (!known)
+        throw invalid_request(fmt::format("'tool_choice' names '{}', which is not among the tools", r.forced_function),
+                              "tool_choice");
+    }
+  }
+
+  if (const ordered_json* kwargs = object_field(body, "chat_template_kwargs", "chat_template_kwargs"))
+    r.enable_thinking = bool_field(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
+  return r;
+}
+
+CompletionRequest parse_completion_request(const ordered_json& body, const ModelLimits& model) {
+  check_model(body, model);
+  CompletionRequest r;
+  r.options = parse_generation_options(body, model, nullptr);
+  if (auto echo = bool_field(body, "echo", "echo"); echo && *echo)
+    throw invalid_request("echo is not supported", "echo");
+  if (field(body, "logprobs")) throw invalid_request("logprobs are not supported", "logprobs");
+  if (auto suffix = string_field(body, "suffix", "suffix"); suffix && !suffix->empty())
+    throw invalid_request("suffix is not supported", "suffix");
+
+  const ordered_json* prompt = field(body, "prompt");
+  if (!prompt) throw invalid_request("'prompt' is required", "prompt");
+  // A one-element batch is the same as its element; larger batches need n prompts at once.
+  const ordered_json* one = prompt;
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    one = &(*prompt)[0];
+  if (one->is_string()) {
+    r.prompt_text = one->get<std::string>();
+    if (r.prompt_text->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+  } else if (one->is_array() && !one->empty()) {
+    for (const auto& id : *one) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size ||
+          (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(INT32_MAX)))
+        throw invalid_request(
+            fmt::format("'prompt' token ids must be integers from 0 to {}", model.vocab_size - 1), "prompt");
+      r.prompt_ids.push_back(int32_t(id.get<int64_t>()));
+    }
+  } else {
+    throw invalid_request("'prompt' must be a non-empty string or array of token ids (batches are not supported)",
+                          "prompt");
+  }
+  return r;
+}
+
+ordered_json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+std::string finish_reason(FinishReason reason, bool has_tool_calls) {
+  switch (reason) {
+    case FinishReason::Eos:
+    case FinishReason::StopString: return has_tool_calls ? "tool_calls" : "stop";
+    case FinishReason::Length:
+    case FinishReason::ContextFull:
+    case FinishReason::Cancelled: return "length";
+  }
+  return "stop";
+}
+
+ordered_json tool_calls_json(const std::vector<ParsedToolCall>& calls, size_t first_index) {
+  ordered_json list = ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i)
+    list.push_back({{"index", first_index + i},
+                    {"id", make_tool_call_id()},
+                    {"type", "function"},
+                    {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+  return list;
+}
+
+ResponseHeader new_response_header(std::string_view id_prefix, const std::string& model) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id(id_prefix);
+  id += '-';
+  for (int i = 0; i < 24; ++i) id += kHex[rng() % 16];
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return {id, std::chrono::duration_cast<std::chrono::seconds>(now).count(), model};
+}
+
+ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
+                                  const Usage& usage) {
+  ordered_json message = {{"role", "assistant"}};
+  // With tool calls and no text besides, content is null as OpenAI returns it.
+  std::string content = reply.content;
+  if (!reply.tool_calls.empty()) content.erase(content.find_last_not_of(" \n") + 1);
+  message["content"] = content.empty() && !reply.tool_calls.empty() ? ordered_json() : ordered_json(content);
+  message["reasoning_content"] = reply.reasoning.empty() ? ordered_json() : ordered_json(reply.reasoning);
+  if (!reply.tool_calls.empty()) {
+    message["tool_calls"] = tool_calls_json(reply.tool_calls, 0);
+    for (auto& call : message["tool_calls"]) call.erase("index");  // "index" belongs to stream deltas only
+  }
+  return {{"id", h.id},
+          {"object", "chat.completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", ordered_json::array({{{"index", 0},
+                                            {"message", std::move(message)},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", finish}}})},
+          {"usage", usage_json(usage)}};
+}
+
+ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
+                             bool usage_null) {
+  ordered_json chunk = {{"id", h.id},
+                        {"object", "chat.completion.chunk"},
+                        {"created", h.created},
+                        {"model", h.model},
+                        {"choices", ordered_json::array({{{"index", 0},
+                                                          {"delta", std::move(delta)},
+                                                          {"logprobs", nullptr},
+                                                          {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};
+  if (usage_null) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, const Usage& usage) {
+  return {{"id", h.id},           {"object", object},
+          {"created", h.created}, {"model", h.model},
+          {"choices", ordered_json::array()}, {"usage", usage_json(usage)}};
+}
+
+ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
+                             const Usage& usage) {
+  return {{"id", h.id},
+          {"object", "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", ordered_json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"usage", usage_json(usage)}};
+}
+
+ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
+                                   const std::optional<std::string>& finish, bool usage_null) {
+  ordered_json chunk = {{"id", h.id},
+                        {"object", "text_completion"},
+                        {"created", h.created},
+                        {"model", h.model},
+                        {"choices", ordered_json::array({{{"index", 0},
+                                                          {"text", text},
+                                                          {"logprobs", nullptr},
+                                                          {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};
+  if (usage_null) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+ordered_json models_json(const std::string& model_id, int64_t created) {
+  return {{"object", "list"},
+          {"data", ordered_json::array({{{"id", model_id}, {"object", "model"}, {"created", created},
+                                         {"owned_by", "megaqwen"}}})}};
+}
+
+std::string sse_event(const ordered_json& payload) { return "data: " + json_text(payload) + "\n\n"; }
+
+}  // namespace megaqwen::server

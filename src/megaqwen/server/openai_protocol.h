@@ -1,0 +1,113 @@
+// The OpenAI API as megaqwen speaks it: request bodies checked field by field into plain structs, and
+// the JSON of responses and stream chunks built from plain values. Pure functions, no HTTP and no
+// engine, so every rule here is unit-tested directly (tests/server/openai_protocol_test.cpp).
+//
+// Every field the server reads is checked for type and range; a violation is an ApiError 400 naming
+// the field. Fields it does not know are ignored, as OpenAI-compatible servers commonly do; fields it
+// knows but cannot honour (n > 1, logprobs, echo) are refused rather than silently dropped.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "megaqwen/engine/generator.h"
+#include "megaqwen/sampling/sampler.h"
+#include "megaqwen/server/reply_parser.h"
+
+namespace megaqwen::server {
+
+using nlohmann::ordered_json;
+
+// What request checking needs to know about the served model.
+struct ModelLimits {
+  std::string id;            // the name clients pass as "model"
+  int context_size = 0;      // tokens
+  int32_t vocab_size = 0;    // token ids must be below this
+  SamplingParams defaults;   // generation_config.json: what a request does not set
+};
+
+// Options both endpoints share.
+struct GenerationOptions {
+  SamplingParams sampling;                 // defaults overridden by the request; a fresh seed if none given
+  std::optional<int> max_tokens;           // nullopt: up to the end of the context
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;              // stream_options.include_usage
+};
+
+enum class ToolChoice { None, Auto, Required, Function };
+
+struct ChatCompletionRequest {
+  GenerationOptions options;
+  ordered_json messages = ordered_json::array();  // normalized for the chat template (see .cpp)
+  std::vector<ordered_json> tools;
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string forced_function;             // ToolChoice::Function: its name
+  std::optional<bool> enable_thinking;     // chat_template_kwargs.enable_thinking
+};
+
+struct CompletionRequest {
+  GenerationOptions options;
+  std::optional<std::string> prompt_text;  // one of these two
+  std::vector<int32_t> prompt_ids;
+};
+
+// The body as a JSON object; 400 on bad JSON (which includes invalid UTF-8) or a non-object.
+ordered_json parse_json_body(std::string_view body);
+
+// tool_arguments_as_objects: the chat template wants tool-call arguments as objects (Qwen3.5), so
+// the JSON strings OpenAI clients send are parsed (400 when they are not a JSON object).
+ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, const ModelLimits& model,
+                                                    bool tool_arguments_as_objects);
+CompletionRequest parse_completion_request(const ordered_json& body, const ModelLimits& model);
+
+// ---- responses ----
+
+struct Usage {
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+ordered_json usage_json(const Usage& usage);
+
+// "stop", "length" or "tool_calls". A cancelled generation (the request timed out) ends as "length".
+std::string finish_reason(FinishReason reason, bool has_tool_calls);
+
+// [{"index", "id", "type": "function", "function": {"name", "arguments"}}, ...], numbered from first_index.
+ordered_json tool_calls_json(const std::vector<ParsedToolCall>& calls, size_t first_index);
+
+// Identity shared by a response and all its chunks.
+struct ResponseHeader {
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+ResponseHeader new_response_header(std::string_view id_prefix, const std::string& model);
+
+// The whole reply of a non-streamed chat completion.
+ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
+                                  const Usage& usage);
+// One streamed chunk; `delta` as OpenAI's delta object. usage_null adds "usage": null (include_usage).
+ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
+                             bool usage_null);
+// The final usage-only chunk of a stream with include_usage (choices empty).
+ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, const Usage& usage);
+
+ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
+                             const Usage& usage);
+ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
+                                   const std::optional<std::string>& finish, bool usage_null);
+
+ordered_json models_json(const std::string& model_id, int64_t created);
+
+// Compact JSON text; invalid UTF-8 in strings (a model can emit any bytes) becomes U+FFFD.
+std::string json_text(const ordered_json& j);
+
+// Server-sent events: "data: <json>\n\n", and the stream's end marker.
+std::string sse_event(const ordered_json& payload);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace megaqwen::server

@@ -1,0 +1,47 @@
+// Scheduler: the engine runs one sequence at a time, so requests wait in a bounded FIFO queue and a
+// single worker thread, which owns the engine's Generator, runs them in arrival order. Keeping one
+// Generator means a prompt that extends the previous request's prompt only prefills the new part.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "megaqwen/engine/generator.h"
+#include "megaqwen/server/generation_job.h"
+
+namespace megaqwen::server {
+
+class Scheduler {
+ public:
+  // on_done runs on the worker after each job that ran (metrics).
+  Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done = {});
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues the job; false when the queue is full (or the scheduler stopped).
+  bool submit(std::shared_ptr<GenerationJob> job);
+  size_t queued() const;
+  size_t running() const;
+  // Cancels every job, queued or running, and joins the worker.
+  void stop();
+
+ private:
+  void work();
+
+  Generator generator_;
+  const size_t max_queued_;
+  std::function<void(const GenerationJob&)> on_done_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<GenerationJob>> queue_;
+  std::shared_ptr<GenerationJob> current_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace megaqwen::server

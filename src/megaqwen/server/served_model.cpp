@@ -1,0 +1,108 @@
+#include "megaqwen/server/served_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "megaqwen/engine/stop_tokens.h"
+#include "megaqwen/sampling/sampler.h"
+#include "megaqwen/server/api_error.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::server {
+
+namespace {
+
+bool is_qwen35(const ServedModel& served) {
+  return served.chat_template && served.chat_template->name() == "qwen3.5";
+}
+
+// The start of a tool call the reply must continue (tool_choice required or a named function), in
+// the format the template taught the model.
+std::string forced_tool_call_prefix(const ServedModel& served, const ChatCompletionRequest& r) {
+  if (r.tool_choice != ToolChoice::Required && r.tool_choice != ToolChoice::Function) return "";
+  const bool named = r.tool_choice == ToolChoice::Function;
+  if (is_qwen35(served)) return named ? "<tool_call>\n<function=" + r.forced_function + ">\n" : "<tool_call>\n<function=";
+  return named ? "<tool_call>\n{\"name\": \"" + r.forced_function + "\", \"arguments\": " : "<tool_call>\n{\"name\": \"";
+}
+
+void check_fits(const ServedModel& served, size_t prompt_tokens) {
+  // At least one token of room to generate.
+  if (prompt_tokens >= size_t(served.limits.context_size))
+    throw invalid_request(fmt::format("the prompt has {} tokens, but this server's context holds {} (prompt and "
+                                      "reply together)",
+                                      prompt_tokens, served.limits.context_size),
+                          "messages", "context_length_exceeded");
+}
+
+}  // namespace
+
+ServedModel ServedModel::load(std::shared_ptr<const Model> model, int context_size, std::string model_id) {
+  ServedModel s{model, Tokenizer::load(model->dir), std::nullopt, {}, {}};
+  try {
+    s.chat_template = ChatTemplate::load(model->dir);
+  } catch (const Error&) {
+    s.chat_template.reset();  // completions still work
+  }
+  GenerationDefaults defaults = load_generation_defaults(model->dir);
+  if (model_id.empty()) model_id = std::filesystem::path(model->dir).filename().string();
+  // Token ids must be valid for both the model's embedding and the tokenizer.
+  s.limits = {model_id, context_size, std::min<int32_t>(s.tokenizer.vocab_size(), model->config.vocab_size),
+              defaults.sampling};
+  s.eos_ids = stop_token_ids(model->config, defaults, &s.tokenizer);
+  return s;
+}
+
+bool ServedModel::wants_argument_objects() const { return is_qwen35(*this); }
+
+ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& r) {
+  if (!served.chat_template)
+    throw invalid_request("this model folder has no chat template; use /v1/completions", "messages");
+  nlohmann::ordered_json request = {{"messages", r.messages}, {"add_generation_prompt", true}};
+  // tool_choice "none" hides the tools, so the model has nothing to call.
+  if (r.tool_choice != ToolChoice::None) request["tools"] = r.tools;
+  if (r.enable_thinking) request["enable_thinking"] = *r.enable_thinking;
+  std::string text;
+  try {
+    text = served.chat_template->render(request);
+  } catch (const Error& e) {
+    throw invalid_request(e.what(), "messages");
+  }
+
+  ChatPrompt prompt;
+  const std::string opening = served.chat_template->generation_prompt(r.enable_thinking);
+  const size_t open = opening.rfind("<think>");
+  prompt.starts_in_thinking = open != std::string::npos && opening.find("</think>", open) == std::string::npos;
+  prompt.forced_prefix = forced_tool_call_prefix(served, r);
+  if (!prompt.forced_prefix.empty()) {
+    if (prompt.starts_in_thinking) text += "\n</think>\n\n";  // a forced call skips the thinking
+    prompt.starts_in_thinking = false;
+    text += prompt.forced_prefix;
+  }
+  prompt.tokens = served.tokenizer.encode(text);
+  check_fits(served, prompt.tokens.size());
+  return prompt;
+}
+
+std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& r) {
+  std::vector<int32_t> tokens = r.prompt_text ? served.tokenizer.encode(*r.prompt_text) : r.prompt_ids;
+  if (tokens.empty()) throw invalid_request("the prompt is empty after tokenization", "prompt");
+  check_fits(served, tokens.size());
+  return tokens;
+}
+
+GenerationRequest make_generation_request(const ServedModel& served, std::vector<int32_t> prompt,
+                                          const GenerationOptions& options) {
+  GenerationRequest g;
+  const int room = served.limits.context_size - int(prompt.size());
+  g.max_tokens = std::min(options.max_tokens.value_or(room), room);
+  g.prompt = std::move(prompt);
+  g.sampling = options.sampling;
+  g.eos_ids = served.eos_ids;
+  g.stop_strings = options.stop;
+  // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
+  g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
+  return g;
+}
+
+}  // namespace megaqwen::server

@@ -1,0 +1,46 @@
+// ServedModel: what the server knows about the model it serves, loaded once at start: tokenizer,
+// chat template, sampling defaults and stop ids from the model folder. It turns checked requests
+// into prompt tokens (rendering the chat template), enforcing the context limit.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megaqwen/chat/chat_template.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/server/openai_protocol.h"
+#include "megaqwen/tokenizer/tokenizer.h"
+
+namespace megaqwen::server {
+
+struct ServedModel {
+  std::shared_ptr<const Model> model;
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat_template;  // nullopt: the folder has none; chat requests are refused
+  ModelLimits limits;
+  std::vector<int32_t> eos_ids;
+
+  // model_id: the name clients use; "" takes the folder's name.
+  static ServedModel load(std::shared_ptr<const Model> model, int context_size, std::string model_id);
+
+  // Whether the template wants tool-call arguments as JSON objects rather than JSON text.
+  bool wants_argument_objects() const;
+};
+
+// A chat request ready for the engine.
+struct ChatPrompt {
+  std::vector<int32_t> tokens;
+  bool starts_in_thinking = false;  // the prompt ends inside an open <think> block
+  std::string forced_prefix;        // text the prompt already put at the start of the reply (tool_choice)
+};
+// 400 when the template refuses the messages or the prompt leaves no room to generate.
+ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
+std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& request);
+
+// The GenerationRequest both endpoints hand to the scheduler.
+GenerationRequest make_generation_request(const ServedModel& served, std::vector<int32_t> prompt,
+                                          const GenerationOptions& options);
+
+}  // namespace megaqwen::server

@@ -1,0 +1,104 @@
+#include "megaqwen/server/tool_call_parser.h"
+
+#include <random>
+
+namespace megaqwen::server {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string_view trim(std::string_view s) {
+  const char* space = " \t\r\n";
+  size_t b = s.find_first_not_of(space);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(space) - b + 1);
+}
+
+// Values of an XML parameter lose one newline on each side: the template writes "\n{value}\n".
+std::string_view strip_one_newline(std::string_view s) {
+  if (s.starts_with('\n')) s.remove_prefix(1);
+  if (s.ends_with('\n')) s.remove_suffix(1);
+  return s;
+}
+
+// Model output may hold invalid UTF-8: replaced, never thrown.
+std::string as_text(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+
+std::optional<ParsedToolCall> parse_json_call(std::string_view body) {
+  ordered_json call = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return std::nullopt;
+  ordered_json arguments = call.value("arguments", ordered_json::object());
+  // Some models put the arguments in as a JSON string already.
+  if (arguments.is_string()) arguments = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+  if (!arguments.is_object()) return std::nullopt;
+  return ParsedToolCall{call["name"].get<std::string>(), as_text(arguments)};
+}
+
+// The declared JSON type of a tool's parameter, "" when unknown.
+std::string declared_type(const std::vector<ordered_json>& tools, const std::string& function,
+                          const std::string& parameter) {
+  for (const auto& tool : tools) {
+    const auto fn = tool.find("function");
+    if (fn == tool.end() || !fn->is_object() || fn->value("name", ordered_json()) != function) continue;
+    const ordered_json* props = nullptr;
+    if (auto p = fn->find("parameters"); p != fn->end() && p->is_object())
+      if (auto q = p->find("properties"); q != p->end() && q->is_object()) props = &*q;
+    if (!props) return "";
+    auto prop = props->find(parameter);
+    if (prop == props->end() || !prop->is_object()) return "";
+    auto type = prop->find("type");
+    return type != prop->end() && type->is_string() ? type->get<std::string>() : "";
+  }
+  return "";
+}
+
+std::optional<ParsedToolCall> parse_xml_call(std::string_view body, const std::vector<ordered_json>& tools) {
+  constexpr std::string_view fn_open = "<function=", fn_close = "</function>";
+  constexpr std::string_view p_open = "<parameter=", p_close = "</parameter>";
+  if (!body.starts_with(fn_open) || !body.ends_with(fn_close)) return std::nullopt;
+  size_t name_end = body.find('>');
+  std::string name(trim(body.substr(fn_open.size(), name_end - fn_open.size())));
+  if (name.empty() || name.find_first_of("<\n") != std::string::npos) return std::nullopt;
+  std::string_view rest = body.substr(name_end + 1, body.size() - fn_close.size() - name_end - 1);
+
+  ordered_json arguments = ordered_json::object();
+  for (rest = trim(rest); !rest.empty(); rest = trim(rest)) {
+    if (!rest.starts_with(p_open)) return std::nullopt;
+    size_t key_end = rest.find('>');
+    size_t value_end = rest.find(p_close);
+    if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end)
+      return std::nullopt;
+    std::string key(trim(rest.substr(p_open.size(), key_end - p_open.size())));
+    std::string value(strip_one_newline(rest.substr(key_end + 1, value_end - key_end - 1)));
+    if (key.empty()) return std::nullopt;
+    if (declared_type(tools, name, key) == "string") {
+      arguments[key] = value;
+    } else {
+      ordered_json parsed = ordered_json::parse(value, nullptr, false);
+      arguments[key] = parsed.is_discarded() ? ordered_json(value) : parsed;
+    }
+    rest.remove_prefix(value_end + p_close.size());
+  }
+  return ParsedToolCall{std::move(name), as_text(arguments)};
+}
+
+}  // namespace
+
+std::optional<ParsedToolCall> parse_tool_call(std::string_view body, const std::vector<ordered_json>& tools) {
+  body = trim(body);
+  if (body.starts_with('{')) return parse_json_call(body);
+  if (body.starts_with('<')) return parse_xml_call(body, tools);
+  return std::nullopt;
+}
+
+std::string make_tool_call_id() {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, sizeof kAlphabet - 2);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(rng)];
+  return id;
+}
+
+}  // namespace megaqwen::server

@@ -1,0 +1,35 @@
+// Tool calls in a Qwen reply: the text between <tool_call> and </tool_call>, in either of the two
+// formats the Qwen chat templates teach the model:
+//   Qwen3 (Hermes style):   {"name": "get_weather", "arguments": {"city": "Paris"}}
+//   Qwen3.5 (XML style):    <function=get_weather>
+//                           <parameter=city>
+//                           Paris
+//                           </parameter>
+//                           </function>
+// XML parameter values are text; they are typed with the tool's JSON schema when the request gave one
+// (a "string" parameter stays a string), else read as JSON when they parse as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megaqwen::server {
+
+struct ParsedToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object as text, as OpenAI's function.arguments carries it
+};
+
+// The call in one block's body (the text between the tags); nullopt when it is neither format or is
+// malformed (the caller then keeps the block as plain content).
+std::optional<ParsedToolCall> parse_tool_call(std::string_view body,
+                                              const std::vector<nlohmann::ordered_json>& tools = {});
+
+// "call_" and 24 random letters and digits: the id OpenAI clients echo back in tool messages.
+std::string make_tool_call_id();
+
+}  // namespace megaqwen::server

@@ -1,0 +1,69 @@
+// Metrics: the Prometheus text carries every family with HELP and TYPE, counts add up, and the
+// time-to-first-token histogram is cumulative.
+#include "megaqwen/server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace megaqwen::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l == line) return true;
+  return false;
+}
+
+TEST(Metrics, CountsRequestsByEndpointAndStatus) {
+  Metrics m;
+  m.record_request("/v1/chat/completions", 200);
+  m.record_request("/v1/chat/completions", 200);
+  m.record_request("/v1/chat/completions", 400);
+  const std::string text = m.render(3, 1);
+  EXPECT_TRUE(has_line(text, "megaqwen_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "megaqwen_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1"));
+  EXPECT_TRUE(has_line(text, "megaqwen_queue_depth 3"));
+  EXPECT_TRUE(has_line(text, "megaqwen_requests_running 1"));
+}
+
+TEST(Metrics, TokensAndTimeToFirstTokenHistogram) {
+  Metrics m;
+  m.record_generation({10, 4, 5, 0.02, 0.4, false});   // bucket le=0.025
+  m.record_generation({20, 0, 9, 3.0, 0.8, true});     // bucket le=5
+  m.record_generation({7, 0, 0, -1, 0, true});         // no token: not in the histogram
+  const std::string text = m.render(0, 0);
+  EXPECT_TRUE(has_line(text, "megaqwen_prompt_tokens_total 37")) << text;
+  EXPECT_TRUE(has_line(text, "megaqwen_cached_prompt_tokens_total 4"));
+  EXPECT_TRUE(has_line(text, "megaqwen_generated_tokens_total 14"));
+  EXPECT_TRUE(has_line(text, "megaqwen_generations_total 3"));
+  EXPECT_TRUE(has_line(text, "megaqwen_generations_cancelled_total 2"));
+  EXPECT_TRUE(has_line(text, "megaqwen_decode_tokens_per_second 10.000"));  // the last with > 1 token: 8 / 0.8
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_bucket{le=\"0.01\"} 0"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_bucket{le=\"2.5\"} 1"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_bucket{le=\"5\"} 2"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_count 2"));
+  EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_sum 3.020000"));
+}
+
+TEST(Metrics, EveryFamilyHasHelpAndType) {
+  const std::string text = Metrics().render(0, 0);
+  std::istringstream in(text);
+  std::string previous_type;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("# TYPE ")) {
+      previous_type = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line.starts_with("#")) continue;
+    // Every sample belongs to the family declared just before it.
+    EXPECT_TRUE(line.starts_with(previous_type)) << line;
+  }
+  EXPECT_EQ(text.back(), '\n');
+}
+
+}  // namespace
+}  // namespace megaqwen::server

@@ -1,0 +1,296 @@
+// The OpenAI request checks (every field's type and range, 400 naming the field) and the shapes of
+// responses, stream chunks and errors, without HTTP.
+#include "megaqwen/server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "megaqwen/server/api_error.h"
+
+namespace megaqwen::server {
+namespace {
+
+ModelLimits limits() {
+  ModelLimits m;
+  m.id = "tiny";
+  m.context_size = 512;
+  m.vocab_size = 1000;
+  m.defaults.temperature = 0.6f;
+  m.defaults.top_p = 0.95f;
+  m.defaults.top_k = 20;
+  return m;
+}
+
+ordered_json chat_body(ordered_json extra = ordered_json::object()) {
+  ordered_json body = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  body.update(extra);
+  return body;
+}
+
+// The status and param of the ApiError a body raises; (0, "") when it is accepted.
+std::pair<int, std::string> chat_error(const ordered_json& body, bool objects = false) {
+  try {
+    parse_chat_completion_request(body, limits(), objects);
+  } catch (const ApiError& e) {
+    return {e.status(), e.param()};
+  }
+  return {0, ""};
+}
+
+TEST(OpenAiProtocol, DefaultsComeFromTheModelAndRequestOverrides) {
+  ChatCompletionRequest r = parse_chat_completion_request(chat_body(), limits(), false);
+  EXPECT_FLOAT_EQ(r.options.sampling.temperature, 0.6f);
+  EXPECT_EQ(r.options.sampling.top_k, 20);
+  EXPECT_FALSE(r.options.max_tokens);
+  EXPECT_FALSE(r.options.stream);
+  EXPECT_EQ(r.tool_choice, ToolChoice::None);
+
+  r = parse_chat_completion_request(
+      chat_body({{"temperature", 0}, {"top_p", 0.5}, {"top_k", -1}, {"min_p", 0.1}, {"presence_penalty", 1.5},
+                 {"frequency_penalty", -0.5}, {"repetition_penalty", 1.1}, {"seed", 42}, {"max_tokens", 7},
+                 {"max_completion_tokens", 9}, {"stop", "END"}, {"stream", true},
+                 {"stream_options", {{"include_usage", true}}},
+                 {"chat_template_kwargs", {{"enable_thinking", false}}}}),
+      limits(), false);
+  const SamplingParams& s = r.options.sampling;
+  EXPECT_EQ(s.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.5f);
+  EXPECT_EQ(s.top_k, 0);  // -1: off
+  EXPECT_FLOAT_EQ(s.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(s.presence_penalty, 1.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+  EXPECT_EQ(s.seed, 42u);
+  EXPECT_EQ(r.options.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_EQ(r.options.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.options.stream);
+  EXPECT_TRUE(r.options.include_usage);
+  EXPECT_EQ(r.enable_thinking, false);
+}
+
+TEST(OpenAiProtocol, RequestsWithoutSeedDrawDifferentSeeds) {
+  auto a = parse_chat_completion_request(chat_body(), limits(), false).options.sampling.seed;
+  auto b = parse_chat_completion_request(chat_body(), limits(), false).options.sampling.seed;
+  EXPECT_NE(a, b);
+}
+
+TEST(OpenAiProtocol, NullMeansAbsent) {
+  auto r = parse_chat_completion_request(chat_body({{"temperature", nullptr}, {"stop", nullptr}, {"tools", nullptr}}),
+                                         limits(), false);
+  EXPECT_FLOAT_EQ(r.options.sampling.temperature, 0.6f);
+  EXPECT_TRUE(r.options.stop.empty());
+}
+
+TEST(OpenAiProtocol, WrongTypesAndRangesAre400NamingTheField) {
+  const std::vector<std::pair<ordered_json, std::string>> cases = {
+      {{{"temperature", "hot"}}, "temperature"},
+      {{{"temperature", -0.1}}, "temperature"},
+      {{{"temperature", 1e308}}, "temperature"},
+      {{{"temperature", true}}, "temperature"},
+      {{{"top_p", 0}}, "top_p"},
+      {{{"top_p", 1.5}}, "top_p"},
+      {{{"top_k", 2.5}}, "top_k"},
+      {{{"top_k", -2}}, "top_k"},
+      {{{"min_p", 2}}, "min_p"},
+      {{{"presence_penalty", 3}}, "presence_penalty"},
+      {{{"frequency_penalty", -9}}, "frequency_penalty"},
+      {{{"repetition_penalty", 0}}, "repetition_penalty"},
+      {{{"max_tokens", 0}}, "max_tokens"},
+      {{{"max_tokens", -5}}, "max_tokens"},
+      {{{"max_tokens", 10.5}}, "max_tokens"},
+      {{{"max_tokens", "10"}}, "max_tokens"},
+      {{{"max_tokens", ordered_json::parse("18446744073709551615")}}, "max_tokens"},
+      {{{"max_tokens", ordered_json::parse("-9223372036854775808")}}, "max_tokens"},
+      {{{"max_completion_tokens", 1e12}}, "max_completion_tokens"},
+      {{{"seed", 1.5}}, "seed"},
+      {{{"seed", "1"}}, "seed"},
+      {{{"stop", 5}}, "stop"},
+      {{{"stop", {"a", 5}}}, "stop"},
+      {{{"stop", ""}}, "stop"},
+      {{{"stop", ordered_json(std::vector<std::string>(17, "x"))}}, "stop"},
+      {{{"stream", "yes"}}, "stream"},
+      {{{"stream_options", 1}}, "stream_options"},
+      {{{"stream_options", {{"include_usage", 1}}}}, "stream_options.include_usage"},
+      {{{"n", 2}}, "n"},
+      {{{"logprobs", true}}, "logprobs"},
+      {{{"model", "gpt-4"}}, "model"},
+      {{{"model", 3}}, "model"},
+      {{{"messages", "hi"}}, "messages"},
+      {{{"messages", ordered_json::array()}}, "messages"},
+      {{{"messages", {1}}}, "messages[0]"},
+      {{{"messages", {{{"content", "x"}}}}}, "messages[0].role"},
+      {{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, "messages[0].role"},
+      {{{"messages", {{{"role", "user"}}}}}, "messages[0].content"},
+      {{{"messages", {{{"role", "user"}, {"content", 5}}}}}, "messages[0].content"},
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}, "messages[0].content[0].type"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", ordered_json::array()}}}}},
+       "messages[0].tool_calls"},
+      {{{"tools", {{{"type", "function"}}}}}, "tools[0].function"},
+      {{{"tools", {{{"type", "retrieval"}, {"function", {{"name", "f"}}}}}}}, "tools[0].type"},
+      {{{"tools", {{{"function", {{"name", ""}}}}}}}, "tools[0].function.name"},
+      {{{"tool_choice", "always"}}, "tool_choice"},
+      {{{"tool_choice", "required"}}, "tool_choice"},  // no tools
+      {{{"tools", {{{"function", {{"name", "f"}}}}}}, {"tool_choice", {{"function", {{"name", "g"}}}}}}, "tool_choice"},
+      {{{"chat_template_kwargs", {{"enable_thinking", "no"}}}}, "chat_template_kwargs.enable_thinking"},
+  };
+  for (const auto& [extra, param] : cases) {
+    auto [status, got_param] = chat_error(chat_body(extra));
+    EXPECT_EQ(status, 400) << extra.dump();
+    EXPECT_EQ(got_param, param) << extra.dump();
+  }
+}
+
+TEST(OpenAiProtocol, MessagesAreNormalizedForTheTemplate) {
+  ordered_json body = chat_body({{"messages",
+                                  {{{"role", "developer"}, {"content", "Be brief."}},
+                                   {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
+                                                                   {{"type", "text"}, {"text", "b"}}}}},
+                                   {{"role", "assistant"},
+                                    {"content", nullptr},
+                                    {"tool_calls",
+                                     {{{"id", "call_1"},
+                                       {"type", "function"},
+                                       {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}}}}},
+                                   {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}}}}});
+  ChatCompletionRequest as_text = parse_chat_completion_request(body, limits(), false);
+  EXPECT_EQ(as_text.messages[0]["role"], "system");
+  EXPECT_EQ(as_text.messages[1]["content"], "a\nb");
+  EXPECT_EQ(as_text.messages[2]["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+  // Qwen3.5's template iterates the arguments: they arrive parsed.
+  ChatCompletionRequest as_objects = parse_chat_completion_request(body, limits(), true);
+  EXPECT_EQ(as_objects.messages[2]["tool_calls"][0]["function"]["arguments"], ordered_json({{"x", 1}}));
+
+  body["messages"][2]["tool_calls"][0]["function"]["arguments"] = "not json";
+  EXPECT_EQ(chat_error(body, true), std::make_pair(400, std::string("messages[2].tool_calls[0].function.arguments")));
+  EXPECT_EQ(chat_error(body, false).first, 0);  // Qwen3 prints the text verbatim
+}
+
+TEST(OpenAiProtocol, ToolChoice) {
+  ordered_json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}};
+  EXPECT_EQ(parse_chat_completion_request(chat_body({{"tools", tools}}), limits(), false).tool_choice,
+            ToolChoice::Auto);
+  EXPECT_EQ(parse_chat_completion_request(chat_body({{"tools", tools}, {"tool_choice", "none"}}), limits(), false)
+                .tool_choice,
+            ToolChoice::None);
+  EXPECT_EQ(parse_chat_completion_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), limits(), false)
+                .tool_choice,
+            ToolChoice::Required);
+  auto named = parse_chat_completion_request(
+      chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}),
+      limits(), false);
+  EXPECT_EQ(named.tool_choice, ToolChoice::Function);
+  EXPECT_EQ(named.forced_function, "get_weather");
+}
+
+TEST(OpenAiProtocol, CompletionPrompts) {
+  auto text = parse_completion_request({{"prompt", "Once upon"}, {"max_tokens", 4}}, limits());
+  EXPECT_EQ(text.prompt_text, "Once upon");
+  auto ids = parse_completion_request({{"prompt", {1, 2, 999}}}, limits());
+  EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
+  auto batch_of_one = parse_completion_request({{"prompt", {"x"}}}, limits());
+  EXPECT_EQ(batch_of_one.prompt_text, "x");
+
+  for (const ordered_json& bad :
+       {ordered_json{{"max_tokens", 3}}, ordered_json{{"prompt", 5}}, ordered_json{{"prompt", ""}},
+        ordered_json{{"prompt", ordered_json::array()}}, ordered_json{{"prompt", {1, 1000}}},
+        ordered_json{{"prompt", {-1}}}, ordered_json{{"prompt", {1.5}}}, ordered_json{{"prompt", {"a", "b"}}},
+        ordered_json{{"prompt", "x"}, {"echo", true}}, ordered_json{{"prompt", "x"}, {"logprobs", 2}},
+        ordered_json{{"prompt", "x"}, {"model", "other"}}}) {
+    EXPECT_THROW(parse_completion_request(bad, limits()), ApiError) << bad.dump();
+  }
+}
+
+TEST(OpenAiProtocol, BodyMustBeAJsonObject) {
+  EXPECT_NO_THROW(parse_json_body(R"({"a": 1})"));
+  for (std::string bad : {std::string("{bad"), std::string("[1, 2]"), std::string(""), std::string("\"x\""),
+                          std::string("{\"a\": \"\xff\"}"), std::string("{\"a\": \"\\ud800\"}"),
+                          std::string("{\"a\": NaN}"), std::string("1e999999"),
+                          std::string("{\"seed\": -1e400}")}) {
+    try {
+      parse_json_body(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.type(), "invalid_request_error");
+    }
+  }
+}
+
+TEST(OpenAiProtocol, BodyShapeIsBoundedBeforeParsing) {
+  // Deep nesting and huge objects are refused from the raw text (no recursion, no quadratic inserts).
+  EXPECT_THROW(parse_json_body(std::string(100000, '[') + std::string(100000, ']')), ApiError);
+  std::string wide = "{";
+  for (int i = 0; i < 1100; ++i) wide += "\"k" + std::to_string(i) + "\":1,";
+  wide.back() = '}';
+  EXPECT_THROW(parse_json_body(wide), ApiError);
+  // Brackets and commas inside strings do not count.
+  EXPECT_NO_THROW(parse_json_body("{\"a\": \"" + std::string(1000, '[') + std::string(10000, ',') + "\\\"\"}"));
+  EXPECT_NO_THROW(parse_json_body("{\"a\": " + std::string(60, '[') + std::string(60, ']') + "}"));
+}
+
+TEST(OpenAiProtocol, ErrorJson) {
+  ordered_json e = error_json(invalid_request("'top_p' must be a number", "top_p"));
+  EXPECT_EQ(e.dump(),
+            R"({"error":{"message":"'top_p' must be a number","type":"invalid_request_error","param":"top_p","code":null}})");
+  EXPECT_EQ(unauthorized().status(), 401);
+  EXPECT_EQ(payload_too_large(10).status(), 413);
+  EXPECT_EQ(overloaded("busy").status(), 503);
+  EXPECT_EQ(error_json(not_found("x"))["error"]["param"], nullptr);
+}
+
+TEST(OpenAiProtocol, FinishReasons) {
+  EXPECT_EQ(finish_reason(FinishReason::Eos, false), "stop");
+  EXPECT_EQ(finish_reason(FinishReason::StopString, false), "stop");
+  EXPECT_EQ(finish_reason(FinishReason::Eos, true), "tool_calls");
+  EXPECT_EQ(finish_reason(FinishReason::Length, true), "length");
+  EXPECT_EQ(finish_reason(FinishReason::ContextFull, false), "length");
+  EXPECT_EQ(finish_reason(FinishReason::Cancelled, false), "length");
+}
+
+TEST(OpenAiProtocol, ChatCompletionShape) {
+  ResponseHeader h{"chatcmpl-1", 1700000000, "tiny"};
+  ReplyDelta reply{"thought", "\n\n", {{"f", R"({"x":1})"}}};
+  ordered_json j = chat_completion_json(h, reply, "tool_calls", {10, 3, 4});
+  EXPECT_EQ(j["object"], "chat.completion");
+  const auto& message = j["choices"][0]["message"];
+  EXPECT_EQ(message["role"], "assistant");
+  EXPECT_EQ(message["content"], nullptr);  // only whitespace beside the tool calls
+  EXPECT_EQ(message["reasoning_content"], "thought");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"x":1})");
+  EXPECT_FALSE(message["tool_calls"][0].contains("index"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["usage"], ordered_json::parse(R"({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
+                                                "prompt_tokens_details": {"cached_tokens": 4}})"));
+}
+
+TEST(OpenAiProtocol, SseChunks) {
+  ResponseHeader h{"chatcmpl-1", 1700000000, "tiny"};
+  const std::string event = sse_event(chat_chunk_json(h, {{"content", "Hi"}}, std::nullopt, true));
+  EXPECT_EQ(event,
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"tiny\","
+            "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":null,\"finish_reason\":null}],"
+            "\"usage\":null}\n\n");
+  EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
+  ordered_json last = chat_chunk_json(h, ordered_json::object(), "stop", false);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(last.contains("usage"));
+  ordered_json usage = usage_chunk_json(h, "chat.completion.chunk", {5, 2, 0});
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+  ordered_json calls = tool_calls_json({{"a", "{}"}, {"b", "{}"}}, 2);
+  EXPECT_EQ(calls[0]["index"], 2);
+  EXPECT_EQ(calls[1]["index"], 3);
+  EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+}
+
+TEST(OpenAiProtocol, InvalidUtf8InGeneratedTextIsReplacedNotThrown) {
+  ResponseHeader h{"cmpl-1", 1, "tiny"};
+  std::string event;
+  ASSERT_NO_THROW(event = sse_event(completion_chunk_json(h, "ok \xff\xfe", std::nullopt, false)));
+  EXPECT_NE(event.find("ok \xEF\xBF\xBD"), std::string::npos);  // U+FFFD
+  EXPECT_NO_THROW(ordered_json::parse(event.substr(6)));
+}
+
+}  // namespace
+}  // namespace megaqwen::server

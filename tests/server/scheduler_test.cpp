@@ -1,0 +1,174 @@
+// Scheduler and GenerationJob: one worker runs jobs in arrival order, the queue is bounded, a
+// cancelled or expired job stops, and consecutive prompts share the KV cache prefix.
+#include "megaqwen/server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Always predicts token 1; each decode step can be slowed down so jobs overlap in time.
+class SlowEngine final : public Engine {
+ public:
+  explicit SlowEngine(std::chrono::milliseconds step) : step_(step), logits_(4, 0.0f) {
+    config_.vocab_size = 4;
+    logits_[1] = 10;
+  }
+  const ModelConfig& config() const override { return config_; }
+  std::string device_name() const override { return "slow"; }
+  int context_size() const override { return 1024; }
+  int position() const override { return position_; }
+  std::span<const float> prefill(std::span<const int32_t> tokens) override {
+    prefilled += int(tokens.size());
+    position_ += int(tokens.size());
+    return logits_;
+  }
+  void prefill_all_logits(std::span<const int32_t>, std::vector<float>&) override { fail("unused"); }
+  std::span<const float> decode(int32_t) override {
+    std::this_thread::sleep_for(step_);
+    ++position_;
+    return logits_;
+  }
+  void truncate(int n) override { position_ = n; }
+  void fill_cache_with_noise(int n) override { position_ = n; }
+  uint64_t kv_bytes_per_token() const override { return 0; }
+  std::atomic<int> prefilled{0};
+
+ private:
+  std::chrono::milliseconds step_;
+  ModelConfig config_;
+  int position_ = 0;
+  std::vector<float> logits_;
+};
+
+GenerationRequest request(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.token_bytes = [](int32_t) { return std::string_view("x"); };
+  return r;
+}
+
+std::shared_ptr<GenerationJob> job(std::vector<int32_t> prompt, int max_tokens,
+                                   std::chrono::milliseconds deadline = 10s) {
+  return std::make_shared<GenerationJob>(request(std::move(prompt), max_tokens),
+                                         GenerationJob::Clock::now() + deadline);
+}
+
+void wait_done(GenerationJob& j) {
+  std::string text;
+  for (int i = 0; i < 500 && j.wait(20ms, text) != GenerationJob::State::Done; ++i) {
+  }
+  ASSERT_EQ(j.wait(0ms, text), GenerationJob::State::Done);
+}
+
+TEST(Scheduler, RunsJobsInArrivalOrderAndStreamsText) {
+  SlowEngine engine(1ms);
+  std::vector<int> order;
+  std::mutex m;
+  Scheduler scheduler(engine, 8, [&](const GenerationJob& j) {
+    std::lock_guard lock(m);
+    order.push_back(int(j.request().prompt.size()));
+  });
+  auto a = job({0, 0}, 5), b = job({0, 0, 0}, 5), c = job({2}, 5);
+  ASSERT_TRUE(scheduler.submit(a));
+  ASSERT_TRUE(scheduler.submit(b));
+  ASSERT_TRUE(scheduler.submit(c));
+  std::string streamed;
+  while (a->wait(50ms, streamed) != GenerationJob::State::Done) {
+  }
+  EXPECT_EQ(streamed, "xxxxx");
+  wait_done(*b);
+  wait_done(*c);
+  scheduler.stop();  // on_done runs after a job is done: join the worker before reading `order`
+  EXPECT_EQ(order, (std::vector<int>{2, 3, 1}));
+  EXPECT_EQ(a->result().tokens.size(), 5u);
+  EXPECT_GE(a->first_token_seconds(), 0.0);
+}
+
+TEST(Scheduler, BoundedQueueRefusesWhenFull) {
+  SlowEngine engine(20ms);
+  Scheduler scheduler(engine, 2);
+  auto running = job({0}, 50);
+  ASSERT_TRUE(scheduler.submit(running));
+  while (scheduler.running() == 0) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(scheduler.submit(job({0}, 1)));
+  EXPECT_TRUE(scheduler.submit(job({0}, 1)));
+  EXPECT_FALSE(scheduler.submit(job({0}, 1)));
+  EXPECT_EQ(scheduler.queued(), 2u);
+  running->cancel();
+}
+
+TEST(Scheduler, CancelStopsARunningJob) {
+  SlowEngine engine(5ms);
+  Scheduler scheduler(engine, 4);
+  auto j = job({0}, 10000);
+  ASSERT_TRUE(scheduler.submit(j));
+  std::string text;
+  while (text.empty()) j->wait(50ms, text);
+  j->cancel();
+  wait_done(*j);
+  EXPECT_EQ(j->result().finish, FinishReason::Cancelled);
+  EXPECT_LT(j->result().tokens.size(), 1000u);
+}
+
+TEST(Scheduler, DeadlineDropsQueuedJobAndStopsRunningOne) {
+  SlowEngine engine(10ms);
+  Scheduler scheduler(engine, 4);
+  auto slow = job({0}, 10000, 150ms);  // stops itself at its deadline
+  auto queued = job({0}, 5, 50ms);    // expires while the first one runs
+  ASSERT_TRUE(scheduler.submit(slow));
+  ASSERT_TRUE(scheduler.submit(queued));
+  wait_done(*slow);
+  wait_done(*queued);
+  EXPECT_EQ(slow->result().finish, FinishReason::Cancelled);
+  ASSERT_TRUE(queued->error());
+  EXPECT_EQ(queued->error()->status(), 503);
+}
+
+TEST(Scheduler, WithdrawOnlyBeforeStart) {
+  auto j = job({0}, 1);
+  EXPECT_TRUE(j->withdraw());
+  EXPECT_FALSE(j->start());  // the worker then skips it
+  auto k = job({0}, 1);
+  EXPECT_TRUE(k->start());
+  EXPECT_FALSE(k->withdraw());
+}
+
+TEST(Scheduler, ExtendedPromptOnlyPrefillsTheNewPart) {
+  SlowEngine engine(0ms);
+  Scheduler scheduler(engine, 4);
+  auto first = job({0, 2, 3, 2}, 2);
+  ASSERT_TRUE(scheduler.submit(first));
+  wait_done(*first);
+  const int before = engine.prefilled;
+  // The first prompt, its two generated tokens and one more. The cache holds the prompt and the first
+  // generated token (the last sampled token was never run through the model).
+  auto second = job({0, 2, 3, 2, 1, 1, 3}, 2);
+  ASSERT_TRUE(scheduler.submit(second));
+  wait_done(*second);
+  EXPECT_EQ(second->result().reused_tokens, 5);
+  EXPECT_EQ(engine.prefilled - before, 2);
+}
+
+TEST(Scheduler, StopCancelsEverything) {
+  SlowEngine engine(5ms);
+  auto scheduler = std::make_unique<Scheduler>(engine, 4);
+  auto running = job({0}, 100000), queued = job({0}, 5);
+  ASSERT_TRUE(scheduler->submit(running));
+  ASSERT_TRUE(scheduler->submit(queued));
+  scheduler->stop();
+  wait_done(*running);
+  wait_done(*queued);
+  EXPECT_FALSE(scheduler->submit(job({0}, 1)));
+}
+
+}  // namespace
+}  // namespace megaqwen::server

@@ -1,0 +1,323 @@
+"""The server through the official `openai` client and raw HTTP: chat (plain, streamed, tools,
+thinking switch), completions (text and token ids), seeds, prefix reuse, stop strings, and every
+refusal with its status and OpenAI error body."""
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from server_harness import ServerProcess, metric, wait_until
+
+KEY = "test-key"
+MODEL = "tiny"
+USER = [{"role": "user", "content": "What is the capital of France?"}]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=60, max_retries=0)
+
+
+def raw(server, method, path, body=None, headers=None, key=KEY):
+    """(status, parsed JSON or text) of one request; body may be bytes, str or a JSON value."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    if body is not None and not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+    conn.request(method, path, body=body, headers=h)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    try:
+        return resp.status, json.loads(data)
+    except ValueError:
+        return resp.status, data.decode("utf-8", "replace")
+
+
+def assert_error(status, body, want_status, param=None, code=None):
+    assert status == want_status, body
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    if code is not None:
+        assert err["code"] == code
+
+
+# ---- the happy paths ----
+
+def test_health_models_and_page(server, client):
+    assert raw(server, "GET", "/health", key=None) == (200, {"status": "ok"})
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    status, page = raw(server, "GET", "/", key=None)
+    assert status == 200 and "<title>megaqwen chat</title>" in page
+
+
+def test_chat_completion(client):
+    r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=8)
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    assert 1 <= r.usage.completion_tokens <= 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert r.usage.completion_tokens == 8
+
+
+def test_streamed_chat_matches_plain_chat_with_the_same_seed(client):
+    args = dict(model=MODEL, messages=USER, max_tokens=12, temperature=0.9, seed=1234)
+    plain = client.chat.completions.create(**args)
+    chunks = list(client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [plain.choices[0].finish_reason]
+    assert text == plain.choices[0].message.content
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage.completion_tokens == plain.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_seed_reproducibility(client):
+    def sample(seed):
+        r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=16, temperature=1.0, seed=seed)
+        return r.choices[0].message.content
+    assert sample(7) == sample(7)
+    assert sample(7) != sample(8)  # 16 tokens drawn at temperature 1 from a 151k vocabulary
+
+
+def test_thinking_switch_reaches_the_template(client):
+    # Qwen3's template pre-fills an empty think block when thinking is off: a longer prompt.
+    on = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1)
+    off = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1,
+                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.usage.prompt_tokens == on.usage.prompt_tokens + 4  # "<think>", "\n\n", "</think>", "\n\n"
+
+
+def test_prefix_reuse_reports_cached_tokens(client):
+    first = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, temperature=0)
+    history = USER + [{"role": "assistant", "content": first.choices[0].message.content},
+                      {"role": "user", "content": "And of Italy?"}]
+    second = client.chat.completions.create(model=MODEL, messages=history, max_tokens=4, temperature=0)
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+    again = client.chat.completions.create(model=MODEL, messages=history, max_tokens=4, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == second.choices[0].message.content
+
+
+def test_tools_give_well_formed_replies(client):
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}}, "none"):
+        r = client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS, tool_choice=choice, max_tokens=12)
+        c = r.choices[0]
+        assert c.finish_reason in ("stop", "length", "tool_calls")
+        if c.message.tool_calls:
+            assert c.finish_reason == "tool_calls"
+            for call in c.message.tool_calls:
+                assert call.type == "function" and call.id.startswith("call_")
+                assert isinstance(json.loads(call.function.arguments), dict)
+        else:
+            assert isinstance(c.message.content, str)
+    # The streamed variant ends like any stream.
+    chunks = list(client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS, max_tokens=8, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_tool_call_history_is_accepted(client):
+    messages = USER + [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_abc", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "{\"temp_c\": 21}"}]
+    r = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=4)
+    assert r.usage.prompt_tokens > 100  # the tool definitions and the call were rendered
+
+
+def test_completions_text_and_token_ids(client):
+    r = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6, temperature=0)
+    assert r.object == "text_completion" and isinstance(r.choices[0].text, str)
+    assert r.usage.completion_tokens <= 6
+    ids = client.completions.create(model=MODEL, prompt=[9707, 11, 1879], max_tokens=6, temperature=0)
+    assert ids.usage.prompt_tokens == 3
+    streamed = list(client.completions.create(model=MODEL, prompt=[9707, 11, 1879], max_tokens=6, temperature=0,
+                                              stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == ids.choices[0].text
+    assert streamed[-1].choices[0].finish_reason == ids.choices[0].finish_reason
+
+
+def test_stop_string_cuts_the_output(client):
+    full = client.completions.create(model=MODEL, prompt="The", max_tokens=16, temperature=0).choices[0].text
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    assert stop.strip(), full
+    r = client.completions.create(model=MODEL, prompt="The", max_tokens=16, temperature=0, stop=[stop])
+    assert r.choices[0].text == full[: full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
+# ---- refusals ----
+
+def test_authentication(server):
+    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model=MODEL, messages=USER, max_tokens=1)
+    assert_error(*raw(server, "GET", "/v1/models", key=None), 401, code="invalid_api_key")
+    assert_error(*raw(server, "POST", "/v1/completions", {"prompt": "x"}, key="test-ke"), 401)
+
+
+def test_bad_types_and_ranges(server, client):
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=USER, temperature=-1)
+    for field, value in [("temperature", "hot"), ("max_tokens", -1), ("max_tokens", 1e30), ("max_tokens", 2 ** 70),
+                         ("top_p", 7), ("seed", 0.5), ("stop", [1]), ("stream", "yes"), ("messages", "hi"),
+                         ("top_k", 1.5), ("n", 3), ("model", "gpt-4o")]:
+        body = {"model": MODEL, "messages": USER, field: value}
+        assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param=field)
+
+
+def test_bad_json_and_invalid_utf8(server):
+    assert_error(*raw(server, "POST", "/v1/chat/completions", b'{"messages": ['), 400)
+    assert_error(*raw(server, "POST", "/v1/chat/completions", b"[]"), 400)
+    assert_error(*raw(server, "POST", "/v1/chat/completions",
+                      b'{"messages": [{"role": "user", "content": "caf\xe9"}]}'), 400)
+    assert_error(*raw(server, "POST", "/v1/chat/completions",
+                      b'{"messages": [{"role": "user", "content": "\\ud800"}]}'), 400)
+    assert_error(*raw(server, "POST", "/v1/completions", b""), 400)
+
+
+def test_prompt_over_the_context(server, client):
+    long_prompt = "hello " * 1000  # > 512 tokens
+    assert_error(*raw(server, "POST", "/v1/completions", {"prompt": long_prompt}), 400,
+                 code="context_length_exceeded")
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long_prompt}])
+
+
+def test_unknown_route(server):
+    assert_error(*raw(server, "GET", "/v2/everything"), 404)
+    assert_error(*raw(server, "DELETE", "/v1/models"), 404)
+
+
+def send_big_body(port, total, chunked):
+    """Streams `total` bytes of body without holding them in memory; returns the response head."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key\r\n"
+    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {total}\r\n\r\n"
+    sock.sendall(head.encode())
+    block = b" " * (1 << 20)
+    sent = 0
+    try:
+        while sent < total:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(block), block) if chunked else block)
+            sent += len(block)
+        if chunked:
+            sock.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may stop reading once the limit is passed; its answer is already on the way
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+            part = sock.recv(65536)
+            if not part:
+                break
+            data += part
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sock.close()
+    return data
+
+
+def test_oversized_bodies_get_413(server):
+    started = time.monotonic()
+    reply = send_big_body(server.port, 100 << 20, chunked=False)  # 100 MB with a Content-Length
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b'"code":"payload_too_large"' in reply
+    reply = send_big_body(server.port, 8 << 20, chunked=True)  # no length announced
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert time.monotonic() - started < 60
+    assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_metrics(server, client):
+    client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
+    status, text = raw(server, "GET", "/metrics", key=None)
+    assert status == 200
+    assert metric(text, 'megaqwen_requests_total{endpoint="/v1/chat/completions",status="200"}') >= 1
+    assert metric(text, 'megaqwen_requests_total{endpoint="/v1/chat/completions",status="400"}') >= 1
+    assert metric(text, "megaqwen_generated_tokens_total") >= 2
+    assert metric(text, "megaqwen_time_to_first_token_seconds_count") >= 1
+    assert metric(text, "megaqwen_queue_depth") == 0
+
+
+# ---- queueing, disconnects and timeouts, on servers of their own ----
+
+def test_full_queue_503_and_disconnect_cancels(tiny_model):
+    s = ServerProcess(tiny_model, "--ctx", "4096", "--queue", "1")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4000, stream=True)
+        next(iter(stream))  # running now
+        queued = threading.Thread(
+            target=lambda: client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2))
+        queued.start()
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_queue_depth") == 1, 10)
+        assert_error(*raw(s, "POST", "/v1/chat/completions", {"messages": USER, "max_tokens": 2}), 503,
+                     code="server_overloaded")
+        stream.close()  # the client goes away mid-stream: its generation must stop, freeing the engine
+        queued.join(30)
+        assert not queued.is_alive()
+        text = raw(s, "GET", "/metrics")[1]
+        assert metric(text, "megaqwen_generations_cancelled_total") == 1
+        assert metric(text, "megaqwen_generated_tokens_total") < 4000
+    finally:
+        assert s.stop() == 0
+
+
+def test_request_timeout_ends_a_long_generation(tiny_model):
+    s = ServerProcess(tiny_model, "--ctx", "8192", "--timeout", "2")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        started = time.monotonic()
+        r = client.completions.create(model=MODEL, prompt="a", max_tokens=8000, temperature=1.0)
+        elapsed = time.monotonic() - started
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens < 8000
+        assert 1.5 < elapsed < 10
+    finally:
+        assert s.stop() == 0
+
+
+def test_shutdown_with_a_stream_in_flight(tiny_model):
+    s = ServerProcess(tiny_model, "--ctx", "4096")
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=60)
+    stream = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4000, stream=True)
+    next(iter(stream))
+    started = time.monotonic()
+    assert s.stop() == 0
+    assert time.monotonic() - started < 10
+
+
+def test_hostile_bodies_are_refused_and_the_server_stays_up(server):
+    deep = b'{"messages": ' + b"[" * 400000 + b"]" * 400000 + b"}"  # under the 1 MiB limit
+    assert_error(*raw(server, "POST", "/v1/chat/completions", deep), 400)
+    wide = "{" + ",".join(f'"k{i}": {i}' for i in range(20000)) + "}"
+    assert_error(*raw(server, "POST", "/v1/chat/completions", wide), 400)
+    deep_tool = {"messages": USER, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": json.loads("[" * 60 + "]" * 60)}}]}
+    assert_error(*raw(server, "POST", "/v1/chat/completions", deep_tool), 400, param="tools[0].function.parameters")
+    for junk in (b"\x00\x01\x02", b"null", b"1e999999", b'{"messages": [{"role": "user", "content": "x"}], "seed": 1e400}'):
+        status, _ = raw(server, "POST", "/v1/chat/completions", junk)
+        assert status == 400, junk
+    assert raw(server, "GET", "/health")[0] == 200
