@@ -13,6 +13,10 @@
 #   verify    tools/verify_hf.py: logits against transformers in fp32 and bf16, with a verdict
 #   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests
+#   mk        the decode megakernel: its tests (tiny + full 0.6B), SASS counts (bulk copies, 128-bit
+#             shared loads), bench megakernel vs per-op at depths 1..32768, compute-sanitizer
+#             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
+#             runs it alone (~330 s)
 # Output (at most 8 files, the device tool's limit) under $OUT (or build-gpu/out): gpu-check.log (every
 # stage's output), tests.xml, bench.json, verify.json, peers.json, sass-gemv.txt, summary.md.
 # MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default 570) bounds the run.
@@ -23,7 +27,7 @@ out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-stages="${MEGAQWEN_STAGES:-env sass model tests bench verify peers memcheck}"
+stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
 declare -A status
@@ -98,7 +102,8 @@ model_stage() {
   [ -f "$model/model.safetensors" ] || $mq synth --preset qwen3-0.6b --seed 0 --out "$model"
 }
 tests_stage() {
-  MEGAQWEN_TEST_QWEN3_06B="$model" /tmp/mq-bin/test_cuda --gtest_output="xml:$out/tests.xml"
+  # the megakernel's tests run in the mk stage
+  MEGAQWEN_TEST_QWEN3_06B="$model" /tmp/mq-bin/test_cuda --gtest_filter='-Megakernel*' --gtest_output="xml:$out/tests.xml"
 }
 bench_stage() {
   $mq bench --model "$model" --device cuda --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
@@ -118,13 +123,59 @@ memcheck_stage() {
     --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*'
 }
 
+mk_stage() {
+  # 1. correctness first (tiny + full 0.6B), then the numbers, then the sanitizers on the tiny model.
+  MEGAQWEN_TEST_QWEN3_06B="$model" timeout 150 /tmp/mq-bin/test_cuda --gtest_filter='Megakernel*' \
+    --gtest_output="xml:$out/mk-tests.xml" || echo "MK TESTS FAILED (rc $?)"
+  if [ -n "$cuobjdump" ]; then
+    "$cuobjdump" -sass build-gpu/bin/megaqwen 2>/dev/null |
+      awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >/tmp/sass-mk.txt
+    echo "MK SASS: functions $(grep -c 'Function :' /tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP /tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF /tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' /tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' /tmp/sass-mk.txt)"
+  fi
+  # 2. megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path).
+  for k in megakernel per-op; do
+    MEGAQWEN_DECODE=$k timeout 100 $mq bench --model "$model" --device cuda --ctx 33000 --prompt-len 0 \
+      --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "/tmp/mk-bench-$k.json" ||
+      echo "MK BENCH $k FAILED"
+  done
+  python3 - <<'PY'
+import json
+rows = {}
+for k in ("megakernel", "per-op"):
+    try:
+        j = json.load(open(f"/tmp/mk-bench-{k}.json"))
+    except Exception as e:
+        print(f"MK BENCH {k}: no json ({e})"); continue
+    print(f"MK BENCH {k}: device {j.get('device')}")
+    for r in j.get("results", []):
+        rows.setdefault(r["depth"], {})[k] = r
+print("| depth | megakernel tok/s | GB/s | per-op tok/s | speedup | floor tok/s (4.8 TB/s) |")
+print("|---:|---:|---:|---:|---:|---:|")
+for d in sorted(rows):
+    m, p = rows[d].get("megakernel"), rows[d].get("per-op")
+    mt = m["median_tok_s"] if m else 0; pt = p["median_tok_s"] if p else 0
+    b = (m or p)["bytes_per_token"]
+    print(f"| MK {d} | {mt:.0f} | {(m or {}).get('achieved_gb_s', 0):.0f} | {pt:.0f} | {mt / pt if pt else 0:.2f}x | {4.8e12 / b:.0f} |")
+PY
+  cp /tmp/mk-bench-megakernel.json "$out/mk-bench.json" 2>/dev/null
+  # 3. sanitizers on the tiny model (slow: tiny only, few tests).
+  if [ -n "$sanitizer" ]; then
+    for tool in racecheck memcheck; do
+      LD_LIBRARY_PATH="$libpath" timeout 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
+        build-gpu/bin/test_cuda --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
+        echo "MK SANITIZER $tool: clean" || echo "MK SANITIZER $tool: rc $?"
+    done
+  fi
+}
+
 export root out log libpath cublas_dir mq model sanitizer cuobjdump
-export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage
+export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage mk_stage
 
 stage env 60 env_stage
 stage sass 60 sass_stage
 stage model 180 model_stage
 stage tests 240 tests_stage
+stage mk 330 mk_stage
 stage bench 150 bench_stage
 stage verify 150 verify_stage
 stage peers 300 peers_stage
@@ -147,7 +198,8 @@ if os.path.exists(x):
     for f in re.findall(r'<testcase name="(\w+)"[^>]*classname="(\w+)"[^>]*>\s*<failure', t):
         print(f"  FAILED {f[1]}.{f[0]}")
 for line in text.splitlines():
-    if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY")):
+    if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
+                        "MK ", "| MK", "| depth", "|---:", "megakernel ")):
         print(line)
 b = os.path.join(out, "bench.json")
 if os.path.exists(b):

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/error.h"
 
@@ -39,6 +41,13 @@ void check_shapes(const ModelConfig& c) {
 }
 
 }  // namespace
+
+DecodeKernel parse_decode_kernel(const std::string& name) {
+  if (name == "auto") return DecodeKernel::Auto;
+  if (name == "megakernel") return DecodeKernel::Megakernel;
+  if (name == "per-op" || name == "perop") return DecodeKernel::PerOp;
+  fail("unknown decode kernel '{}'; choose auto, megakernel or per-op", name);
+}
 
 CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options) {
   const ModelConfig& c = model.config;
@@ -130,10 +139,31 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   sampled_.resize(1);
   host_logits_ = PinnedBuffer<float>(V);
   host_token_ = PinnedBuffer<int32_t>(1);
+
+  // The decode kernel for whole runs of tokens (generate_on_device).
+  DecodeKernel choice = options_.decode_kernel;
+  if (choice == DecodeKernel::Auto)
+    if (const char* env = std::getenv("MEGAQWEN_DECODE"); env && *env) choice = parse_decode_kernel(env);
+  if (choice == DecodeKernel::PerOp) {
+    decode_note_ = "per-op (requested)";
+  } else {
+    const std::string why = mk::Megakernel::unsupported_reason(c, options_.device);
+    if (why.empty()) {
+      megakernel_ = std::make_unique<mk::Megakernel>(c, weights_, k_cache_.data(), v_cache_.data(), context_,
+                                                     inv_freq_.data(), options_.device, stream_);
+      decode_note_ = megakernel_->describe();
+    } else if (choice == DecodeKernel::Megakernel) {
+      fail("--decode-kernel megakernel: {}", why);
+    } else {
+      decode_note_ = "per-op (" + why + ")";
+    }
+  }
+  device_name_ += ", decode: " + (megakernel_ ? std::string("megakernel") : std::string("per-op"));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 CudaEngine::~CudaEngine() {
+  megakernel_.reset();  // before the stream goes away
   if (graph_) cudaGraphExecDestroy(graph_);
   if (stream_) {
     cudaStreamSynchronize(stream_);
@@ -359,6 +389,44 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
   CUDA_CHECK(cudaMemcpyAsync(host_token_.data(), sampled_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return host_token_.data()[0];
+}
+
+// Whole runs of decode steps in the megakernel: greedy, or plain temperature sampling as
+// argmax(l / T + Gumbel) with the same keys as sample_on_device (so the same logits give the same
+// token on both paths). Penalties and filters need the per-operator path's sampling kernels.
+std::optional<int> CudaEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                                  const SamplingParams& params, uint64_t step,
+                                                  const std::function<bool(int32_t)>& on_token) {
+  if (!megakernel_) return std::nullopt;
+  params.validate();
+  const int V = model_->config.vocab_size;
+  const bool penalties =
+      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
+  if ((!params.greedy() && (penalties || filtered)) || (params.greedy() && penalties)) return std::nullopt;
+  if (eos_ids.size() > size_t(mk::kMaxEos)) return std::nullopt;
+  return megakernel_generate(token, max_tokens, eos_ids, params, step, on_token, nullptr);
+}
+
+int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                    const SamplingParams& params, uint64_t step,
+                                    const std::function<bool(int32_t)>& on_token, float* logits_out) {
+  if (!megakernel_) fail("the megakernel is not in use: {}", decode_note_);
+  check_new_tokens(std::span<const int32_t>(&token, 1));
+  if (max_tokens < 1) return 0;
+  max_tokens = std::min(max_tokens, context_ - position_);  // every drawn token but the last is appended
+  mk::RunRequest req;
+  req.token = token;
+  req.max_tokens = max_tokens;
+  req.eos_ids = eos_ids;
+  req.gumbel = !params.greedy();
+  req.temperature = params.greedy() ? 1.0f : params.temperature;
+  req.seed = params.seed;
+  req.step = step;
+  req.logits_out = logits_out;
+  const int drawn = megakernel_->run(position_, req, on_token);
+  position_ += drawn;
+  return drawn;
 }
 
 }  // namespace megaqwen::cuda

@@ -26,12 +26,24 @@
 
 namespace megaqwen::cuda {
 
+namespace mk {
+class Megakernel;
+}
+
+// Which kernel runs decode steps that Generator hands over whole (Engine::generate_on_device):
+// Auto takes the megakernel where it applies (a compiled Qwen3 shape, sm_90+, one CTA per SM fits)
+// and the per-operator path otherwise; Megakernel fails at construction where it does not apply.
+// The environment variable MEGAQWEN_DECODE=auto|megakernel|per-op overrides Auto.
+enum class DecodeKernel { Auto, Megakernel, PerOp };
+DecodeKernel parse_decode_kernel(const std::string& name);  // "auto", "megakernel", "per-op"
+
 struct CudaEngineOptions {
   int context = 0;                // KV cache capacity; 0: min(max_position_embeddings, 4096)
   int device = 0;                 // CUDA device index
   int prefill_chunk = 1024;       // tokens per prefill pass (activation memory grows with it)
   bool split_activations = true;  // prefill GEMM inputs as bf16 hi + lo (false: bf16 only, half the GEMM work)
   bool use_graph = true;          // replay the decode step as a CUDA graph (false: launch kernel by kernel)
+  DecodeKernel decode_kernel = DecodeKernel::Auto;
 };
 
 // Bytes the engine needs on the device for `model` and `options` (weights, KV cache, buffers).
@@ -60,6 +72,18 @@ class CudaEngine final : public Engine {
 
   std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
   void decode_only(int32_t token) override;
+  // The megakernel path (when chosen): greedy and plain temperature sampling (Gumbel-max); penalties
+  // and top-k / top-p / min-p return nullopt (the per-operator path serves them).
+  std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                        const SamplingParams& params, uint64_t step,
+                                        const std::function<bool(int32_t)>& on_token) override;
+  // As generate_on_device, for tests: also writes each step's raw logits to device memory
+  // logits_out [max_tokens, V] (null: not written); fails if the megakernel is not in use.
+  int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                          uint64_t step, const std::function<bool(int32_t)>& on_token, float* logits_out);
+  bool uses_megakernel() const { return megakernel_ != nullptr; }
+  const std::string& decode_kernel_note() const { return decode_note_; }  // what decodes, or why not the megakernel
+  const mk::Megakernel* megakernel() const { return megakernel_.get(); }
 
   const CudaEngineOptions& options() const { return options_; }
   int decode_splits() const { return splits_; }
@@ -82,6 +106,8 @@ class CudaEngine final : public Engine {
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
+  std::unique_ptr<mk::Megakernel> megakernel_;  // null: per-operator decode only
+  std::string decode_note_;
   CudaWeights weights_;
 
   DeviceBuffer<uint16_t> k_cache_, v_cache_;  // [L, context, kv_heads, D] bf16

@@ -46,7 +46,10 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   const bool want_cuda = device == "cuda" || (device == "auto" && cuda_available(&why));
   if (device == "cuda" && !cuda_available(&why)) fail("--device cuda: {}", why);
 #ifdef MEGAQWEN_HAVE_CUDA
-  if (want_cuda) return std::make_unique<cuda::CudaEngine>(std::move(model), cuda::CudaEngineOptions{.context = options.context});
+  if (want_cuda)
+    return std::make_unique<cuda::CudaEngine>(
+        std::move(model),
+        cuda::CudaEngineOptions{.context = options.context, .decode_kernel = cuda::parse_decode_kernel(options.decode_kernel)});
 #else
   (void)want_cuda;
 #endif

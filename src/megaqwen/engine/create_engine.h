@@ -15,6 +15,7 @@ struct EngineOptions {
   int context = 0;              // KV cache tokens; 0: the engine's default
   int threads = 0;              // CPU threads; 0: all
   bool quiet = false;           // no fallback notice
+  std::string decode_kernel = "auto";  // CUDA: auto | megakernel | per-op (cuda::DecodeKernel)
 };
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const EngineOptions& options);

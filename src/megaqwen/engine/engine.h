@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,6 +57,20 @@ class Engine {
   // Appends one token like decode() without handing the logits to the host: for callers that sample
   // with sample_on_device(). Engines without device sampling just decode.
   virtual void decode_only(int32_t token) { decode(token); }
+  // Optional: many decode steps in one go on the device (the CUDA megakernel). Appends `token`, draws
+  // the next token from its logits with `params` (keyed by `step`, then step + 1, ...: the history
+  // length, as for sample_on_device), hands it to on_token as soon as it exists, appends it and goes
+  // on, until on_token returns false, a drawn token is in `eos_ids`, or `max_tokens` were drawn. The
+  // last drawn token is never appended (as Generator never decodes a token it will not sample after).
+  // The caller keeps the run inside the context (position() + max_tokens <= context_size()).
+  // Returns the number of tokens drawn (position() grew by exactly that), or nullopt when this engine
+  // or these params have no such path (nothing was done: use decode_only + sample_on_device).
+  virtual std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                                const SamplingParams& params, uint64_t step,
+                                                const std::function<bool(int32_t)>& on_token) {
+    (void)token, (void)max_tokens, (void)eos_ids, (void)params, (void)step, (void)on_token;
+    return std::nullopt;
+  }
 
  protected:
   // For implementations, before appending `tokens`: every id within the vocabulary and room for all

@@ -83,21 +83,18 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
 
   const auto decode_start = std::chrono::steady_clock::now();
   result.finish = FinishReason::Length;
-  // An engine that samples on its device (Engine::sample_on_device) keeps the logits there: then the
-  // loop below never copies them to the host (decode_only instead of decode).
-  bool device_sampling = false;
-  for (int produced = 0; produced < req.max_tokens; ++produced) {
-    const std::optional<int32_t> on_device = engine_.sample_on_device(req.sampling, history);
-    device_sampling = on_device.has_value();
-    const int32_t token = device_sampling ? *on_device : sampler.sample(logits, history);
+  int produced = 0;
+  // Takes one sampled token: eos, output text, stop strings, the callback, the budget. Returns true
+  // when generation goes on (the token is then appended to the cache and the next one sampled).
+  auto accept = [&](int32_t token) -> bool {
     if (produced == 0) result.first_token_seconds = seconds_since(start);
     if (std::find(req.eos_ids.begin(), req.eos_ids.end(), token) != req.eos_ids.end()) {
       result.finish = FinishReason::Eos;
-      break;
+      return false;
     }
     result.tokens.push_back(token);
     history.push_back(token);
-
+    ++produced;
     std::string_view emit;
     bool stopped = false;
     if (req.token_bytes) {
@@ -118,16 +115,51 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
     }
     if (on_token && !on_token(token, emit)) {
       result.finish = FinishReason::Cancelled;
-      break;
+      return false;
     }
     if (stopped) {
       result.finish = FinishReason::StopString;
-      break;
+      return false;
     }
-    if (produced + 1 == req.max_tokens) break;  // no need to run the model for a token never sampled
+    return produced < req.max_tokens;  // no need to run the model for a token never sampled
+  };
+
+  // An engine that samples on its device (Engine::sample_on_device) keeps the logits there: then the
+  // per-token loop never copies them to the host (decode_only instead of decode). An engine that runs
+  // whole stretches of decode steps on its device (Engine::generate_on_device: the CUDA megakernel)
+  // gets every step after the first in one call, with accept() called per token as it arrives.
+  auto sample = [&]() -> int32_t {
+    const std::optional<int32_t> on_device = engine_.sample_on_device(req.sampling, history);
+    return on_device ? *on_device : sampler.sample(logits, history);
+  };
+  bool device_sampling = false, device_runs = true;
+  int32_t token = 0;
+  bool go = req.max_tokens > 0;
+  if (go) {
+    const std::optional<int32_t> first = engine_.sample_on_device(req.sampling, history);
+    device_sampling = first.has_value();
+    token = device_sampling ? *first : sampler.sample(logits, history);
+    go = accept(token);
+  }
+  while (go) {
     if (engine_.position() >= engine_.context_size()) {
       result.finish = FinishReason::ContextFull;
       break;
+    }
+    if (device_runs) {
+      const int room = engine_.context_size() - engine_.position();
+      int32_t fed = token;
+      const std::optional<int> drawn = engine_.generate_on_device(
+          token, std::min(req.max_tokens - produced, room), req.eos_ids, req.sampling, uint64_t(history.size()),
+          [&](int32_t next) {
+            cached_.push_back(fed);  // the engine appended the previous token before drawing this one
+            fed = next;
+            token = next;
+            go = accept(next);
+            return go;
+          });
+      if (drawn) continue;  // go is still true only when the context ran out: checked above
+      device_runs = false;  // not for these params: per-token steps from here on
     }
     if (device_sampling) {
       engine_.decode_only(token);
@@ -136,6 +168,8 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       logits.assign(out.begin(), out.end());
     }
     cached_.push_back(token);
+    token = sample();
+    go = accept(token);
   }
   if (result.finish != FinishReason::StopString && !pending.empty()) {
     result.text += pending;

@@ -1,0 +1,118 @@
+// What every stage of the megakernel sees: the parameters, this CTA's place, the token being
+// decoded, shared-memory regions, the schedule and the weight stream; plus the two compute helpers
+// all stages share: the redundant RMSNorm into shared memory and the matrix-vector product of one
+// weight chunk (bf16 rows in shared memory) with an fp32 vector in shared memory.
+#pragma once
+
+#include "megaqwen/cuda/kernels/common.cuh"
+#include "megaqwen/cuda/megakernel/stream.cuh"
+#include "megaqwen/cuda/megakernel/sync.cuh"
+
+namespace megaqwen::cuda::mk {
+
+template <class C>
+struct Ctx {
+  const Params& p;
+  int cta, ctas;
+  int t = 0;      // token index inside the launch (the epoch every counter target scales with)
+  int pos = 0;    // position of the token being fed
+  int token = 0;  // the token being fed
+  CounterLayout lay;
+  Schedule<C>* sched;  // shared memory
+  WeightStream<C> stream;
+  float* vec;     // C::kScratchFloats of shared memory: the stage's input vector, or attention scratch
+  float* red;     // 64 floats of shared memory for block reductions
+  int* flags;     // 16 ints of shared memory for block-uniform decisions
+
+  __device__ Ctx(const Params& params) : p(params), cta(int(blockIdx.x)), ctas(int(gridDim.x)) {
+    lay.layers = C::L;
+    lay.kv_heads = C::KV_HEADS;
+  }
+  __device__ uint32_t* counter(Counter c, int l = 0, int g = 0) const { return p.counters + lay.word(c, l, g); }
+  // Every CTA adds 1 per token to the all-CTA counters: this is the target for token t.
+  __device__ uint32_t all_ctas() const { return uint32_t(ctas) * uint32_t(t + 1); }
+  __device__ const Part& part(Mat m) const { return sched->part[int(m)]; }
+
+  // Residual stream entering layer l, element i: the token's embedding row for l = 0 (never copied),
+  // else x[l] written by stage E of layer l - 1 in this launch (read through L2).
+  __device__ float residual(int l, int i) const {
+    if (l == 0) return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p.embed) + size_t(token) * C::H + i)) << 16);
+    return __ldcg(p.x + size_t(l) * C::H + i);
+  }
+};
+
+// out[i] = w[i] * (src(i) * rsqrt(mean(src^2) + eps)) for i < N, in the CPU reference's order;
+// every CTA computes the whole vector itself (no edge to wait on). Ends with __syncthreads.
+template <int N, class Src>
+__device__ __forceinline__ void rms_norm_to_smem(Src src, const float* __restrict__ w, float eps, float* out, float* red) {
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < N; i += kThreads) {
+    const float v = src(i);
+    out[i] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float scale = 1.0f / sqrtf(ss / float(N) + eps);
+  for (int i = threadIdx.x; i < N; i += kThreads) out[i] = __ldg(w + i) * (out[i] * scale);
+  __syncthreads();
+}
+
+// Block-wide copy of n floats produced in this launch (global, read through L2) into shared memory.
+__device__ __forceinline__ void load_vec(const float* src, int n, float* out) {
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  float4* o4 = reinterpret_cast<float4*>(out);
+  for (int i = threadIdx.x; i < n / 4; i += kThreads) o4[i] = __ldcg(s4 + i);
+  __syncthreads();
+}
+
+// rows x K bf16 weight rows in shared memory (a chunk) times vec [K] fp32 in shared memory. Warp w
+// takes row pairs (2w, 2w + 1), (2w + 2 kWarps, ...): both rows share each vector load (a gate/up
+// pair lands in one warp). Each lane reads 16 bytes of each row per step (a warp: 512 contiguous
+// bytes, conflict-free); fp32 sums in a fixed order (bit-reproducible for a given CTA count).
+// epi(r, a0, a1, has1) runs on lane 0 for rows r and r + 1 (a1 meaningless when !has1).
+template <int K, class Epi>
+__device__ __forceinline__ void matvec_chunk(const uint8_t* chunk, int rows, const float* vec, Epi&& epi) {
+  constexpr int K8 = K / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint4* w = reinterpret_cast<const uint4*>(chunk);
+  const float4* v4 = reinterpret_cast<const float4*>(vec);
+  for (int r = 2 * warp; r < rows; r += 2 * kWarps) {
+    const bool has1 = r + 1 < rows;
+    const uint4* w0 = w + size_t(r) * K8;
+    const uint4* w1 = has1 ? w0 + K8 : w0;
+    float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 4
+    for (int k = lane; k < K8; k += 32) {
+      const uint4 u0 = w0[k], u1 = w1[k];
+      const float4 xa = v4[2 * k], xb = v4[2 * k + 1];
+      const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+      float f0[8], f1[8];
+      unpack_bf16x8(u0, f0);
+      unpack_bf16x8(u1, f1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        a0 = fmaf(f0[j], xs[j], a0);
+        a1 = fmaf(f1[j], xs[j], a1);
+      }
+    }
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) epi(r, a0, a1, has1);
+  }
+}
+
+// Streams every chunk of matrix m (this CTA's rows of it) through matvec_chunk; epi gets the row
+// index within the whole matrix.
+template <int K, class C, class Epi>
+__device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, Epi&& epi) {
+  const Part& pt = c.part(m);
+  for (int j = 0; j < pt.chunks; ++j) {
+    const int row = pt.row0 + j * pt.chunk_rows;
+    const int rows = min(pt.chunk_rows, pt.row0 + pt.rows - row);
+    const uint8_t* chunk = c.stream.wait();
+    matvec_chunk<K>(chunk, rows, vec, [&](int r, float a0, float a1, bool has1) { epi(row + r, a0, a1, has1); });
+    c.stream.release();
+  }
+}
+
+}  // namespace megaqwen::cuda::mk

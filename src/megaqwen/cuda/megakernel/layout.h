@@ -1,0 +1,154 @@
+// The megakernel's shared layout: the ONE place host and device agree on counter ids, stage ids,
+// timing slots, limits and the kernel's parameter block. Plain C++ (no CUDA headers): included by the
+// host runner (runner.cpp), the tests, and every device file of this folder.
+//
+// Counters (uint32, in one device array, each on its own 128-byte line): they only ever count UP
+// during a launch (zeroed once per launch by one cudaMemsetAsync, never per token). A waiter compares
+// with a target that grows with the token index t inside the launch ("epoch"): e.g. stage D of layer
+// l waits until ODone[l] >= (t + 1) * ctas. Writers add with red.release.gpu, waiters spin with
+// ld.acquire.gpu (sync.cuh).
+//
+//   counter             indexed by      added by                        per token   waited on by
+//   QkvReady[l][g]      layer, kv head  stage A, rows of group g it      (G+2)*D     stage B (kv head g)
+//                                       wrote (q heads of g, k_g, v_g)
+//   AttnTicket[l][g]    layer, kv head  stage B, one per split           splits      (ticket: last split merges)
+//   AttnReady[l]        layer           stage B, the merging split       kv_heads    stage C
+//   ODone[l]            layer           stage C, every CTA once          ctas        stage D
+//   MlpDone[l]          layer           stage D, every CTA once          ctas        stage E
+//   DownDone[l]         layer           stage E, every CTA once          ctas        stage A of l+1, LM head
+//   LmTicket            -               LM head, every CTA once          ctas        (ticket: last CTA selects)
+//   Step                -               the selecting CTA: = t + 1       1           every CTA, next token
+//   Done / StopSeen     -               flags (0/1), not counters
+#pragma once
+
+#include <cstdint>
+
+// Per-stage timing slots: build with -DMEGAQWEN_MK_TIMING=1 (off by default: no cost).
+#ifndef MEGAQWEN_MK_TIMING
+#define MEGAQWEN_MK_TIMING 0
+#endif
+
+// Counter arithmetic runs on both sides.
+#if defined(__CUDACC__)
+#define MEGAQWEN_MK_HD __host__ __device__
+#else
+#define MEGAQWEN_MK_HD
+#endif
+
+namespace megaqwen::cuda::mk {
+
+// ---- limits ----
+constexpr int kThreads = 512;          // threads per CTA (16 warps); one CTA per SM
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxSplits = 32;         // attention splits per kv head (partials are sized for this)
+constexpr int kMinAttnChunk = 64;      // positions: fewer per split would only add merge work
+constexpr int kMaxEos = 8;             // eos ids the kernel checks itself
+constexpr int kCounterStride = 32;     // uint32 words between counters (128 bytes: no false sharing)
+constexpr int kLaunchTokenCap = 4096;  // tokens one launch may draw (mailbox size); the runner relaunches
+
+// ---- stages (timing slots, schedule) ----
+enum class Stage : int { Qkv = 0, Attention, OProj, Mlp, Down, LmHead, Select, Count };
+constexpr int kStageCount = int(Stage::Count);
+// Timing (compiled in with -DMEGAQWEN_MK_TIMING=1): per CTA and stage, nanoseconds summed over the
+// launch: slot 0 waiting for the input counter, slot 1 working (loads, math, stores, signal).
+constexpr int kTimingSlots = 2;
+inline const char* stage_name(Stage s) {
+  constexpr const char* names[] = {"A qkv", "B attention", "C o_proj", "D gate_up", "E down", "lm_head", "select"};
+  return names[int(s)];
+}
+
+// ---- counters ----
+enum class Counter : int { QkvReady = 0, AttnTicket, AttnReady, ODone, MlpDone, DownDone, LmTicket, Step, Done, StopSeen };
+
+struct CounterLayout {
+  int layers = 0, kv_heads = 0;
+  // Index (in counters, before the stride) of counter `c` for layer l and kv head g.
+  MEGAQWEN_MK_HD constexpr int slot(Counter c, int l = 0, int g = 0) const {
+    const int LG = layers * kv_heads;
+    switch (c) {
+      case Counter::QkvReady: return l * kv_heads + g;
+      case Counter::AttnTicket: return LG + l * kv_heads + g;
+      case Counter::AttnReady: return 2 * LG + l;
+      case Counter::ODone: return 2 * LG + layers + l;
+      case Counter::MlpDone: return 2 * LG + 2 * layers + l;
+      case Counter::DownDone: return 2 * LG + 3 * layers + l;
+      case Counter::LmTicket: return 2 * LG + 4 * layers;
+      case Counter::Step: return 2 * LG + 4 * layers + 1;
+      case Counter::Done: return 2 * LG + 4 * layers + 2;
+      case Counter::StopSeen: return 2 * LG + 4 * layers + 3;
+    }
+    return 0;
+  }
+  MEGAQWEN_MK_HD constexpr int count() const { return 2 * layers * kv_heads + 4 * layers + 4; }
+  MEGAQWEN_MK_HD constexpr int words() const { return count() * kCounterStride; }
+  MEGAQWEN_MK_HD constexpr int word(Counter c, int l = 0, int g = 0) const { return slot(c, l, g) * kCounterStride; }
+};
+
+// ---- the kernel's parameters ----
+// bf16 data as uint16_t bit patterns (this header has no CUDA types). Shapes: H hidden, Q = heads*D,
+// KV = kv_heads*D, I intermediate, V vocabulary, L layers, S = kMaxSplits.
+struct LayerWeights {
+  const uint16_t* qkv;      // [Q + 2KV, H] bf16: q, k, v rows stacked (cuda_weights.h)
+  const uint16_t* o;        // [H, Q] bf16
+  const uint16_t* gate_up;  // [2I, H] bf16, gate row i at 2i, up row i at 2i + 1
+  const uint16_t* down;     // [H, I] bf16
+  const float* input_norm;  // [H]
+  const float* post_norm;   // [H]
+  const float* q_norm;      // [D]
+  const float* k_norm;      // [D]
+};
+
+// The host's side of the token stream: pinned, mapped (cudaHostAllocMapped) memory the kernel writes
+// while it runs and the host polls. tokens[i] is valid once count > i.
+struct Mailbox {
+  volatile int32_t count;     // tokens drawn so far in this launch (written after the token)
+  volatile int32_t stop;      // the host sets 1 to ask the kernel to stop after the current token
+  volatile int32_t finished;  // the kernel sets 1 when it will draw no more tokens
+  int32_t pad;
+  volatile int32_t tokens[kLaunchTokenCap];
+};
+
+struct Params {
+  // Weights (read-only for the whole launch).
+  const LayerWeights* layers;  // [L] (device memory)
+  const uint16_t* embed;       // [V, H] bf16
+  const uint16_t* lm_head;     // [V, H] bf16 (== embed when tied)
+  const float* final_norm;     // [H]
+  const float* inv_freq;       // [D/2] RoPE inverse frequencies (cpu::rope_inv_freq)
+  // KV cache, bf16 [L, context, kv_heads, D], shared with the per-operator path.
+  uint16_t* k_cache;
+  uint16_t* v_cache;
+  int context;
+  // Workspace written during the launch (every buffer written once per token: no reuse hazards
+  // inside a token; across tokens the Step barrier orders them).
+  float* x;           // [L + 1, H]  x[l] = residual entering layer l (x[0] unused: the embedding row)
+  float* xmid;        // [L, H]      after the attention block
+  float* qkv;         // [L, Q + 2KV] raw projections
+  float* attn;        // [L, Q]      merged attention output
+  float* act;         // [L, I]      silu(gate) * up
+  float* partial_o;   // [L, heads, S, D]
+  float* partial_ml;  // [L, heads, S, 2]
+  float* best_v;      // [ctas]      per-CTA best transformed logit
+  int32_t* best_i;    // [ctas]      and its id
+  uint32_t* counters; // CounterLayout::words()
+  int32_t* tokens;    // [max_tokens] drawn tokens (device copy)
+  Mailbox* mailbox;   // mapped host memory (device pointer)
+  float* logits_out;  // optional [max_tokens, V]: raw logits of every step (tests); null: not written
+  unsigned long long* timing;  // optional [ctas, kStageCount, kTimingSlots] (MEGAQWEN_MK_TIMING builds)
+  // The run.
+  int first_token;    // fed at step 0
+  int pos0;           // its position
+  int max_tokens;     // draws at most this many (1..kLaunchTokenCap); step t feeds position pos0 + t
+  int splits;         // attention splits per kv head (1..kMaxSplits)
+  int vocab;
+  int n_eos;
+  int32_t eos[kMaxEos];
+  float eps;
+  float attn_scale_log2;  // log2(e) / sqrt(D)
+  // Token selection: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id)).
+  float temperature;
+  int gumbel;
+  uint64_t seed, step0;
+};
+
+}  // namespace megaqwen::cuda::mk

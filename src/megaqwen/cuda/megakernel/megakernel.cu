@@ -1,0 +1,82 @@
+// The megakernel's instantiations (one per compiled config) and launchers. sm_90 machine code does
+// the work; the compute_80 PTX of this file holds only a trapping stub (the host checks the device's
+// compute capability before choosing the megakernel).
+#include "megaqwen/cuda/megakernel/megakernel.h"
+
+#include <string>
+
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/megakernel/megakernel.cuh"
+
+namespace megaqwen::cuda::mk {
+
+namespace {
+
+template <class C>
+bool matches(const Shape& s) {
+  return s.hidden == C::H && s.layers == C::L && s.heads == C::HEADS && s.kv_heads == C::KV_HEADS && s.head_dim == C::D &&
+         s.intermediate == C::I;
+}
+
+template <class C>
+KernelInfo info(const char* name) {
+  return {name, C::kSmemBytes, C::kBufBytes, C::kStages};
+}
+
+// Calls f.template operator()<C>(name) for the config matching `shape`; false if none.
+template <class F>
+bool dispatch(const Shape& s, F&& f) {
+  if (matches<ConfigQwen3_06B>(s)) return f.template operator()<ConfigQwen3_06B>("qwen3-0.6b"), true;
+  if (matches<ConfigQwen3_17B>(s)) return f.template operator()<ConfigQwen3_17B>("qwen3-1.7b"), true;
+  if (matches<ConfigQwen3_4B>(s)) return f.template operator()<ConfigQwen3_4B>("qwen3-4b"), true;
+  if (matches<ConfigTinyTest>(s)) return f.template operator()<ConfigTinyTest>("tiny-test"), true;
+  return false;
+}
+
+template <class C>
+std::string shape_text(const char* name) {
+  return std::string(name) + " (" + std::to_string(C::H) + "/" + std::to_string(C::L) + "/" + std::to_string(C::HEADS) +
+         "/" + std::to_string(C::KV_HEADS) + "/" + std::to_string(C::D) + "/" + std::to_string(C::I) + ")";
+}
+
+}  // namespace
+
+std::optional<KernelInfo> find_config(const Shape& shape) {
+  std::optional<KernelInfo> out;
+  dispatch(shape, [&]<class C>(const char* name) { out = info<C>(name); });
+  return out;
+}
+
+std::string compiled_configs() {
+  return shape_text<ConfigQwen3_06B>("qwen3-0.6b") + ", " + shape_text<ConfigQwen3_17B>("qwen3-1.7b") + ", " +
+         shape_text<ConfigQwen3_4B>("qwen3-4b") + ", " + shape_text<ConfigTinyTest>("tiny-test") +
+         " (hidden/layers/heads/kv_heads/head_dim/intermediate)";
+}
+
+int max_ctas_per_sm(const Shape& shape) {
+  int blocks = 0;
+  const bool found = dispatch(shape, [&]<class C>(const char*) {
+    CUDA_CHECK(cudaFuncSetAttribute(megakernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmemBytes)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, megakernel<C>, kThreads, C::kSmemBytes));
+  });
+  return found ? blocks : 0;
+}
+
+void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t stream) {
+  const bool found = dispatch(shape, [&]<class C>(const char*) {
+    megakernel<C><<<ctas, kThreads, C::kSmemBytes, stream>>>(params);
+    CUDA_CHECK_LAUNCH("megakernel");
+  });
+  if (!found) throw_error("megakernel: no compiled config for this model shape");
+}
+
+bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
+
+void launch_select_test(const float* logits, int V, float temperature, bool gumbel, uint64_t seed, uint64_t step,
+                        int ctas, float* best_v, int32_t* best_i, uint32_t* ticket, int32_t* out, cudaStream_t stream) {
+  const SelectRule rule{temperature, gumbel ? 1 : 0, seed, step};
+  select_test_kernel<<<ctas, kThreads, 0, stream>>>(logits, V, rule, best_v, best_i, ticket, out);
+  CUDA_CHECK_LAUNCH("select_test_kernel");
+}
+
+}  // namespace megaqwen::cuda::mk

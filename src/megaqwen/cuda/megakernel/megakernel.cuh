@@ -1,0 +1,109 @@
+// The megakernel: Qwen3 decode as one persistent kernel that draws many tokens per launch.
+// One CTA per SM (all co-resident: the host checks occupancy before launching), kThreads threads.
+// Per token, each CTA runs, in order:
+//   for each layer l:  A stage_qkv  ->  B stage_attention  ->  C stage_o_proj  ->  D stage_mlp  ->  E stage_down
+//   then               stage_lm_head (final norm, LM head slice, per-CTA best, token selection)
+// and the token loop continues with the drawn token's embedding row, at position + 1, until the
+// selecting CTA sets Done (eos id, budget, host stop request). No grid-wide barrier: each stage waits
+// only for the counter(s) its input needs (layout.h), and the weight stream (stream.cuh) runs ahead of
+// those waits across stage, layer and token boundaries.
+// Shared memory (configs.cuh): [kStages weight buffers][vector / attention scratch][small: mbarriers,
+// reduction scratch, flags, the schedule].
+#pragma once
+
+#include "megaqwen/cuda/megakernel/stage_attention.cuh"
+#include "megaqwen/cuda/megakernel/stage_down.cuh"
+#include "megaqwen/cuda/megakernel/stage_lm_head.cuh"
+#include "megaqwen/cuda/megakernel/stage_mlp.cuh"
+#include "megaqwen/cuda/megakernel/stage_o_proj.cuh"
+#include "megaqwen/cuda/megakernel/stage_qkv.cuh"
+
+namespace megaqwen::cuda::mk {
+
+// Offsets inside the small region.
+constexpr int kSmallBars = 0;      // kStages mbarriers (8 bytes each)
+constexpr int kSmallRed = 64;      // 64 floats
+constexpr int kSmallFlags = 320;   // 16 ints
+constexpr int kSmallSched = 384;   // Schedule<C>
+
+template <class C>
+__global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(C::kStages * 8 <= kSmallRed, "mbarriers overflow their slot");
+  static_assert(kSmallSched + sizeof(Schedule<C>) <= C::kSmallBytes, "the schedule does not fit the small region");
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* small = smem + C::kStages * C::kBufBytes + size_t(C::kScratchFloats) * 4;
+  Ctx<C> c(p);
+  c.vec = reinterpret_cast<float*>(smem + C::kStages * C::kBufBytes);
+  c.red = reinterpret_cast<float*>(small + kSmallRed);
+  c.flags = reinterpret_cast<int*>(small + kSmallFlags);
+  c.sched = reinterpret_cast<Schedule<C>*>(small + kSmallSched);
+  if (threadIdx.x == 0) c.sched->init(c.cta, c.ctas, p.vocab);
+  c.stream.init(smem, reinterpret_cast<uint64_t*>(small + kSmallBars), c.sched, &p);  // syncs
+  c.stream.prime();  // the first weight chunks are in flight before anything else happens
+  c.token = p.first_token;
+
+  for (int t = 0; t < p.max_tokens; ++t) {
+    c.t = t;
+    c.pos = p.pos0 + t;
+    if (t > 0) {
+      // The previous token's selection: Step = t (release by the selecting CTA).
+      {
+        StageTimer timer(p.timing, c.cta, Stage::Select);
+        wait_at_least(c.counter(Counter::Step), uint32_t(t));
+      }
+      if (threadIdx.x == 0) {
+        c.flags[1] = __ldcg(reinterpret_cast<const int*>(c.counter(Counter::Done)));
+        c.flags[2] = __ldcg(p.tokens + t - 1);
+      }
+      __syncthreads();
+      if (c.flags[1]) break;
+      c.token = c.flags[2];
+    }
+    for (int l = 0; l < C::L; ++l) {
+      stage_qkv(c, l);
+      stage_attention(c, l);
+      stage_o_proj(c, l);
+      stage_mlp(c, l);
+      stage_down(c, l);
+    }
+    stage_lm_head(c);
+    __syncthreads();  // flags[0] is reused at the next token
+  }
+  c.stream.drain();
+#else
+  __trap();  // sm_90+ only (cp.async.bulk, mbarrier transaction counts); the host never launches it elsewhere
+#endif
+}
+
+// The selection reduction alone, for tests: values[V] given instead of computed (CTA b owns ids
+// [b * ceil(V / ctas), ...)), the same block_best / ticket / merge_best path; out[0] = the id.
+__global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const float* __restrict__ logits, int V, SelectRule rule,
+                                                                  float* best_v, int32_t* best_i, uint32_t* ticket,
+                                                                  int32_t* out) {
+  __shared__ float red[64];
+  __shared__ int last;
+  const int ctas = int(gridDim.x), cta = int(blockIdx.x);
+  const int per = (V + ctas - 1) / ctas;
+  const int begin = min(V, cta * per), end = min(V, begin + per);
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
+    const float v = select_value(rule, logits[i], i);
+    if (better_pair(v, i, bv, bi)) bv = v, bi = i;
+  }
+  block_best(bv, bi, red);
+  if (threadIdx.x == 0) {
+    __stcg(best_v + cta, bv);
+    __stcg(best_i + cta, bi);
+    last = take_ticket(ticket) == uint32_t(ctas) - 1u;
+  }
+  __syncthreads();
+  if (!last) return;
+  float v;
+  int id;
+  merge_best(best_v, best_i, ctas, v, id, red);
+  if (threadIdx.x == 0) out[0] = id == INT_MAX ? 0 : id;
+}
+
+}  // namespace megaqwen::cuda::mk

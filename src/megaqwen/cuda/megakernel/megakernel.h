@@ -1,0 +1,46 @@
+// The megakernel's launch interface (plain C++, no CUDA device headers): which model shapes are
+// compiled (configs.cuh), their shared-memory needs, occupancy, the launch itself, and the selection
+// reduction alone for tests. runner.h builds on it; megakernel.cu implements it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "megaqwen/cuda/megakernel/layout.h"
+
+namespace megaqwen::cuda::mk {
+
+struct Shape {
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+};
+
+struct KernelInfo {
+  const char* name;   // "qwen3-0.6b", ...
+  size_t smem_bytes;  // dynamic shared memory per CTA
+  size_t buf_bytes;   // one weight buffer of the ring
+  int stages;         // weight buffers in the ring
+};
+
+// The compiled configuration whose shape equals `shape`, if any.
+std::optional<KernelInfo> find_config(const Shape& shape);
+// Every compiled configuration's name and shape, for messages ("qwen3-0.6b (1024/28/16/8/128/3072), ...").
+std::string compiled_configs();
+// CTAs of the kernel for `shape` that can be resident on one SM of the current device with its shared
+// memory (raises the kernel's dynamic shared-memory limit first). 0 means it cannot run there.
+int max_ctas_per_sm(const Shape& shape);
+// Launches ctas CTAs of kThreads threads (the caller checked co-residency: ctas <= SMs x max_ctas_per_sm).
+void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t stream);
+// Whether this build has timing slots compiled in (-DMEGAQWEN_MK_TIMING=1).
+bool timing_compiled();
+
+// Tests: the LM head's two-level selection over given values: out[0] = argmax over id of
+// select_value(logits[id]) (lowest id on ties) with `ctas` CTAs; best_v / best_i [ctas] and the ticket
+// (one zeroed uint32) are scratch.
+void launch_select_test(const float* logits, int V, float temperature, bool gumbel, uint64_t seed, uint64_t step,
+                        int ctas, float* best_v, int32_t* best_i, uint32_t* ticket, int32_t* out, cudaStream_t stream);
+
+}  // namespace megaqwen::cuda::mk

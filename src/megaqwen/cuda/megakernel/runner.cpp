@@ -1,0 +1,239 @@
+#include "megaqwen/cuda/megakernel/runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cuda::mk {
+
+namespace {
+
+Shape shape_of(const ModelConfig& c) {
+  return {c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size};
+}
+
+}  // namespace
+
+std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
+  if (c.is_hybrid()) return "hybrid models have no megakernel";
+  const Shape shape = shape_of(c);
+  if (!find_config(shape))
+    return "no megakernel is compiled for this shape (hidden " + std::to_string(c.hidden_size) + ", layers " +
+           std::to_string(c.num_layers) + ", heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+           ", head_dim " + std::to_string(c.head_dim) + ", intermediate " + std::to_string(c.intermediate_size) +
+           "); compiled: " + compiled_configs();
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "cudaGetDeviceProperties failed";
+  if (prop.major < 9) return std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
+                             "; the megakernel needs sm_90 (cp.async.bulk, mbarrier transaction counts)";
+  if (prop.multiProcessorCount < 16) return "the megakernel wants at least 16 SMs";
+  const int per_sm = max_ctas_per_sm(shape);
+  if (per_sm < 1)
+    return "one CTA of " + std::to_string(kThreads) + " threads with " + std::to_string(find_config(shape)->smem_bytes) +
+           " bytes of shared memory does not fit on an SM of " + prop.name + " (" +
+           std::to_string(prop.sharedMemPerBlockOptin) + " bytes allowed per block)";
+  return {};
+}
+
+Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_t* k_cache, uint16_t* v_cache, int context,
+                       const float* inv_freq, int device, cudaStream_t stream)
+    : shape_(shape_of(c)), context_(context), vocab_(c.vocab_size), stream_(stream), weights_(weights), k_cache_(k_cache),
+      v_cache_(v_cache), inv_freq_(inv_freq) {
+  const std::string why = unsupported_reason(c, device);
+  if (!why.empty()) fail("megakernel: {}", why);
+  info_ = *find_config(shape_);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  // Persistent CTAs that spin on each other's counters must all be resident at once: one per SM, and
+  // never more than the occupancy calculator allows.
+  const int per_sm = max_ctas_per_sm(shape_);
+  ctas_ = prop.multiProcessorCount;
+  if (ctas_ > per_sm * prop.multiProcessorCount)
+    fail("megakernel: {} CTAs cannot be co-resident ({} per SM x {} SMs)", ctas_, per_sm, prop.multiProcessorCount);
+  splits_ = std::clamp(ctas_ / c.num_kv_heads, 1, kMaxSplits);
+  eps_ = float(c.rms_norm_eps);
+  scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
+
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
+               I = size_t(c.intermediate_size), D = size_t(c.head_dim), heads = size_t(c.num_heads);
+  std::vector<LayerWeights> lw;
+  for (const CudaLayerWeights& w : weights.layers)
+    lw.push_back({w.qkv.data(), w.o.data(), w.gate_up.data(), w.down.data(), w.input_norm.data(), w.post_norm.data(),
+                  w.q_norm.data(), w.k_norm.data()});
+  layers_.resize(lw.size());
+  CUDA_CHECK(cudaMemcpy(layers_.data(), lw.data(), layers_.bytes(), cudaMemcpyHostToDevice));
+  x_.resize((L + 1) * H);
+  xmid_.resize(L * H);
+  qkv_.resize(L * (Q + 2 * KV));
+  attn_.resize(L * Q);
+  act_.resize(L * I);
+  partial_o_.resize(L * heads * size_t(kMaxSplits) * D);
+  partial_ml_.resize(L * heads * size_t(kMaxSplits) * 2);
+  best_v_.resize(size_t(ctas_));
+  best_i_.resize(size_t(ctas_));
+  tokens_.resize(size_t(kLaunchTokenCap));
+  counters_.resize(size_t(CounterLayout{c.num_layers, c.num_kv_heads}.words()));
+  if (timing_compiled()) {
+    timing_.resize(size_t(ctas_) * kStageCount * kTimingSlots);
+    timing_sum_.assign(timing_.size(), 0);
+  }
+  void* mb = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&mb, sizeof(Mailbox), cudaHostAllocMapped));
+  mailbox_host_ = static_cast<Mailbox*>(mb);
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mailbox_dev_), mb, 0));
+}
+
+Megakernel::~Megakernel() {
+  if (mailbox_host_) {
+    cudaStreamSynchronize(stream_);
+    cudaFreeHost(mailbox_host_);
+  }
+}
+
+std::string Megakernel::describe() const {
+  return "megakernel " + std::string(info_.name) + ", " + std::to_string(ctas_) + " CTAs x " + std::to_string(kThreads) +
+         " threads, " + std::to_string(info_.smem_bytes / 1024) + " KB shared memory (" + std::to_string(info_.stages) +
+         " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
+         " attention splits per kv head";
+}
+
+int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token) {
+  if (req.max_tokens < 1) return 0;
+  if (req.eos_ids.size() > size_t(kMaxEos)) fail("megakernel: at most {} eos ids", kMaxEos);
+  if (pos < 0 || int64_t(pos) + req.max_tokens > context_)
+    fail("megakernel: {} tokens from position {} do not fit the context ({})", req.max_tokens, pos, context_);
+  int delivered = 0;
+  int32_t token = req.token;
+  while (delivered < req.max_tokens) {
+    const int n = std::min(kLaunchTokenCap, req.max_tokens - delivered);
+    bool host_stopped = false, finished = false;
+    int32_t last = token;
+    const int got = launch_once(pos + delivered, req, token, n, req.step + uint64_t(delivered),
+                                req.logits_out ? req.logits_out + size_t(delivered) * size_t(vocab_) : nullptr,
+                                [&](int32_t id) {
+                                  last = id;
+                                  return on_token(id);
+                                },
+                                &host_stopped, &finished);
+    delivered += got;
+    token = last;
+    // The kernel stops on its own at an eos id or its budget n; a relaunch continues only after a full
+    // budget with neither (the mailbox cap split a longer run).
+    if (host_stopped || got < n) break;
+    if (std::find(req.eos_ids.begin(), req.eos_ids.end(), last) != req.eos_ids.end()) break;
+  }
+  return delivered;
+}
+
+int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step,
+                            float* logits_out, const std::function<bool(int32_t)>& on_token, bool* host_stopped,
+                            bool* kernel_finished) {
+  mailbox_host_->count = 0;
+  mailbox_host_->stop = 0;
+  mailbox_host_->finished = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The only per-launch preparation: zero the counters (they then count up across all its tokens).
+  CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
+  if (timing_.size()) CUDA_CHECK(cudaMemsetAsync(timing_.data(), 0, timing_.bytes(), stream_));
+
+  Params p{};
+  p.layers = layers_.data();
+  p.embed = weights_.embed.data();
+  p.lm_head = weights_.lm_head;
+  p.final_norm = weights_.final_norm.data();
+  p.inv_freq = inv_freq_;
+  p.k_cache = k_cache_;
+  p.v_cache = v_cache_;
+  p.context = context_;
+  p.x = x_.data();
+  p.xmid = xmid_.data();
+  p.qkv = qkv_.data();
+  p.attn = attn_.data();
+  p.act = act_.data();
+  p.partial_o = partial_o_.data();
+  p.partial_ml = partial_ml_.data();
+  p.best_v = best_v_.data();
+  p.best_i = best_i_.data();
+  p.counters = counters_.data();
+  p.tokens = tokens_.data();
+  p.mailbox = mailbox_dev_;
+  p.logits_out = logits_out;
+  p.timing = timing_.size() ? timing_.data() : nullptr;
+  p.first_token = token;
+  p.pos0 = pos;
+  p.max_tokens = max_tokens;
+  p.splits = splits_;
+  p.vocab = vocab_;
+  p.n_eos = int(req.eos_ids.size());
+  for (size_t i = 0; i < req.eos_ids.size(); ++i) p.eos[i] = req.eos_ids[i];
+  p.eps = eps_;
+  p.attn_scale_log2 = scale_log2_;
+  p.temperature = req.gumbel ? req.temperature : 1.0f;
+  p.gumbel = req.gumbel ? 1 : 0;
+  p.seed = req.seed;
+  p.step0 = step;
+  launch(shape_, p, ctas_, stream_);
+
+  // Poll the mailbox while the kernel runs; hand tokens over in order.
+  int seen = 0;
+  bool stopped = false;
+  for (;;) {
+    const int count = mailbox_host_->count;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    while (seen < count && !stopped) {
+      const int32_t id = mailbox_host_->tokens[seen++];
+      if (!on_token(id)) {
+        stopped = true;
+        mailbox_host_->stop = 1;
+      }
+    }
+    if (stopped || seen >= max_tokens) break;
+    if (mailbox_host_->finished) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (mailbox_host_->count == seen) break;
+      continue;
+    }
+    const cudaError_t q = cudaStreamQuery(stream_);
+    if (q == cudaSuccess) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (mailbox_host_->count == seen) break;  // ended (tokens, if any, are delivered next round)
+      continue;
+    }
+    if (q != cudaErrorNotReady) CUDA_CHECK(q);
+    std::this_thread::yield();
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  *host_stopped = stopped;
+  *kernel_finished = mailbox_host_->finished != 0;
+  if (timing_.size()) {
+    std::vector<unsigned long long> t(timing_.size());
+    CUDA_CHECK(cudaMemcpy(t.data(), timing_.data(), timing_.bytes(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < t.size(); ++i) timing_sum_[i] += t[i];
+    timed_tokens_ += uint64_t(mailbox_host_->count);
+  }
+  return seen;
+}
+
+std::string Megakernel::timing_report() const {
+  if (!timing_compiled() || timed_tokens_ == 0) return {};
+  std::string out = "megakernel stage timing (ns per token, mean over CTAs; wait / work):\n";
+  for (int s = 0; s < kStageCount; ++s) {
+    double wait = 0, work = 0;
+    for (int b = 0; b < ctas_; ++b) {
+      wait += double(timing_sum_[(size_t(b) * kStageCount + s) * kTimingSlots]);
+      work += double(timing_sum_[(size_t(b) * kStageCount + s) * kTimingSlots + 1]);
+    }
+    const double per = double(ctas_) * double(timed_tokens_);
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-12s %10.0f / %10.0f\n", stage_name(Stage(s)), wait / per, work / per);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace megaqwen::cuda::mk

@@ -1,0 +1,80 @@
+// Megakernel: the host side of the decode megakernel for one CudaEngine. Owns the launch workspace
+// (per-layer activations, attention partials, counters) and the mapped-memory mailbox through which
+// drawn tokens reach the host while the kernel runs; launches one persistent kernel (one CTA per SM)
+// per run of up to kLaunchTokenCap tokens and polls the mailbox, handing each token to the caller
+// as it appears (no launch, memset or sync per token).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "megaqwen/cuda/cuda_weights.h"
+#include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/cuda/megakernel/megakernel.h"
+#include "megaqwen/model/config.h"
+
+namespace megaqwen::cuda::mk {
+
+struct RunRequest {
+  int32_t token = 0;                    // fed first, at the position given to run()
+  int max_tokens = 1;                   // draws at most this many (the caller keeps them within the context)
+  std::span<const int32_t> eos_ids;     // a drawn token among these ends the run (at most kMaxEos)
+  float temperature = 1.0f;             // 1 and gumbel off: greedy
+  bool gumbel = false;                  // argmax(l / T + Gumbel): a draw from softmax(l / T)
+  uint64_t seed = 0, step = 0;          // draw keys: (seed, step + i, id) for the i-th draw
+  float* logits_out = nullptr;          // tests: device [max_tokens, V] raw logits of every step, or null
+};
+
+class Megakernel {
+ public:
+  // Empty when the megakernel can run `config` on `device`; otherwise the reason, in one line.
+  static std::string unsupported_reason(const ModelConfig& config, int device);
+
+  Megakernel(const ModelConfig& config, const CudaWeights& weights, uint16_t* k_cache, uint16_t* v_cache, int context,
+             const float* inv_freq, int device, cudaStream_t stream);
+  ~Megakernel();
+  Megakernel(const Megakernel&) = delete;
+  Megakernel& operator=(const Megakernel&) = delete;
+
+  // Feeds req.token at position `pos`, then every drawn token but the last, calling on_token(id) per
+  // drawn token as soon as the host sees it; on_token returning false asks the kernel to stop (it may
+  // have run ahead a few tokens: their cache rows are beyond the returned count and are overwritten
+  // later). Returns the number of tokens drawn and delivered (= tokens appended to the cache).
+  int run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token);
+
+  int ctas() const { return ctas_; }
+  std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
+  // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
+  std::string timing_report() const;
+
+ private:
+  int launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step, float* logits_out,
+                  const std::function<bool(int32_t)>& on_token, bool* host_stopped, bool* kernel_finished);
+
+  Shape shape_;
+  KernelInfo info_{};
+  int ctas_ = 0, context_ = 0, vocab_ = 0;
+  float eps_ = 0, scale_log2_ = 0;
+  cudaStream_t stream_ = nullptr;
+  const CudaWeights& weights_;
+  uint16_t* k_cache_;
+  uint16_t* v_cache_;
+  const float* inv_freq_;
+  DeviceBuffer<LayerWeights> layers_;
+  DeviceBuffer<float> x_, xmid_, qkv_, attn_, act_, partial_o_, partial_ml_, best_v_;
+  DeviceBuffer<int32_t> best_i_, tokens_;
+  DeviceBuffer<uint32_t> counters_;
+  DeviceBuffer<unsigned long long> timing_;
+  Mailbox* mailbox_host_ = nullptr;  // cudaHostAlloc(mapped)
+  Mailbox* mailbox_dev_ = nullptr;
+  int splits_ = 1;
+  uint64_t timed_tokens_ = 0;
+  std::vector<unsigned long long> timing_sum_;
+};
+
+}  // namespace megaqwen::cuda::mk

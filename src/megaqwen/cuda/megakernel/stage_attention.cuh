@@ -1,0 +1,233 @@
+// Stage B: QK-norm + RoPE on load, KV append, attention split over (kv head, chunk of positions),
+// the log-sum-exp merge done by the last split of each kv head to arrive (flash-decoding).
+//   work:    item = (kv head g, split s), items kv_heads * splits over the CTAs (item i on CTA i mod
+//            ctas); split s covers positions [s * chunk, min(n, (s + 1) * chunk)), n = pos + 1,
+//            chunk = max(kMinAttnChunk, ceil(n / splits)) rounded up to 8
+//   in:      qkv[l] rows of group g (raw q of heads gG..gG+G-1, k_g, v_g), q_norm, k_norm, inv_freq;
+//            the cache rows of its positions (bf16 [pos, kv_heads, D]); both (all G) query heads of
+//            the group are served by ONE read of each K/V row
+//   out:     the split holding position n - 1 appends k_g, v_g (after QK-norm/RoPE, bf16) to the cache
+//            first, then reads it back like every other row (the same bf16 values the per-operator
+//            path attends to); partial (m, l, o) per (head, split); the merging split writes attn[l]
+//   bytes:   KV cache 2 * n * D * 2 per kv head per layer (0.6B: 114,688 B per position over all
+//            layers); partials G * (D + 2) * 4 per split
+//   waits:   QkvReady[l][g] >= (t + 1) * (G + 2) * D (non-empty splits only)
+//   signals: AttnTicket[l][g] += 1 per split (acq_rel ticket); the last one (ticket == (t + 1) *
+//            splits - 1) merges and adds 1 to AttnReady[l] (release)
+// Inside a CTA: 32 half-warps each stream positions (16 lanes x 16 bytes = one 128-dim bf16 row),
+// two positions per step so 4 row loads per lane are in flight, online softmax in the log2 domain;
+// the two halves of a warp merge by shuffle, the 16 warps through shared memory.
+#pragma once
+
+#include "megaqwen/cuda/megakernel/context.cuh"
+
+namespace megaqwen::cuda::mk {
+
+__device__ __forceinline__ int attn_chunk(int n, int splits) {
+  const int per = (n + splits - 1) / splits;
+  return (max(per, kMinAttnChunk) + 7) & ~7;
+}
+
+// QK-norm + RoPE of one 128-dim head held by a warp (lane owns elements lane + 32e): as
+// kernels/rope_qknorm.cuh, so both paths produce the same values.
+template <int D>
+__device__ __forceinline__ void qk_norm_rope_warp(float v[D / 32], const float* __restrict__ w,
+                                                  const float* __restrict__ inv_freq, int pos, float eps) {
+  constexpr int E = D / 32;
+  const int lane = threadIdx.x & 31;
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) ss += v[e] * v[e];
+  ss = warp_sum(ss);
+  const float scale = 1.0f / sqrtf(ss / float(D) + eps);
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = __ldg(w + lane + 32 * e) * (v[e] * scale);
+#pragma unroll
+  for (int e = 0; e < E / 2; ++e) {
+    const int i = lane + 32 * e;
+    const float angle = float(pos) * __ldg(inv_freq + i);
+    float s, co;
+    sincosf(angle, &s, &co);
+    const float a = v[e], b = v[e + E / 2];
+    v[e] = a * co - b * s;
+    v[e + E / 2] = b * co + a * s;
+  }
+}
+
+template <class C>
+__device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
+  constexpr int D = C::D, G = C::G, P = 8;  // P: dims per lane (16 lanes x 8 = 128)
+  const int n = c.pos + 1;
+  const int chunk = attn_chunk(n, c.p.splits);
+  const int begin = split * chunk, end = min(n, begin + chunk);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane >> 4, sub = lane & 15;
+  const size_t layer_off = size_t(l) * size_t(c.p.context) * C::KV;
+  const bf16* kc = reinterpret_cast<const bf16*>(c.p.k_cache) + layer_off;
+  const bf16* vc = reinterpret_cast<const bf16*>(c.p.v_cache) + layer_off;
+  // Shared scratch (aliases the stage's vector region): per-warp partials, then q.
+  float* sm_o = c.vec;                                  // [kWarps][G][D]
+  float* sm_m = sm_o + kWarps * G * D;                  // [kWarps][G]
+  float* sm_l = sm_m + kWarps * G;                      // [kWarps][G]
+  float* sm_q = sm_l + kWarps * G;                      // [G][D] (pre-scaled by log2(e)/sqrt(D))
+
+  if (begin < end) {
+    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * uint32_t((G + 2) * D));
+    // Prologue: warps 0..G-1 normalize + rotate the group's q heads; warp G the k head (and, for the
+    // split that holds the new position, appends k and v to the cache).
+    const float* qkv = c.p.qkv + size_t(l) * C::QKV_ROWS;
+    const LayerWeights& w = c.p.layers[l];
+    if (warp < G) {
+      float v[D / 32];
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + (g * G + warp) * D + lane + 32 * e);
+      qk_norm_rope_warp<D>(v, w.q_norm, c.p.inv_freq, c.pos, c.p.eps);
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) sm_q[warp * D + lane + 32 * e] = v[e] * c.p.attn_scale_log2;
+    } else if (warp == G && end == n) {
+      float v[D / 32];
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + C::Q + g * D + lane + 32 * e);
+      qk_norm_rope_warp<D>(v, w.k_norm, c.p.inv_freq, c.pos, c.p.eps);
+      const size_t at = (size_t(c.pos) * C::KV_HEADS + g) * D;
+      bf16* kw = reinterpret_cast<bf16*>(c.p.k_cache) + layer_off + at;
+      bf16* vw = reinterpret_cast<bf16*>(c.p.v_cache) + layer_off + at;
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) {
+        kw[lane + 32 * e] = __float2bfloat16_rn(v[e]);
+        vw[lane + 32 * e] = __float2bfloat16_rn(__ldcg(qkv + C::Q + C::KV + g * D + lane + 32 * e));
+      }
+      __threadfence();  // the cache rows reach L2 before the CTA reads them back with ld.cg
+    }
+    __syncthreads();
+
+    float qr[G][P], m[G], lsum[G], o[G][P];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        qr[h][j] = sm_q[h * D + sub * P + j];
+        o[h][j] = 0.0f;
+      }
+      m[h] = -INFINITY;
+      lsum[h] = 0.0f;
+    }
+    // 32 half-warps; half-warp hw = 2 * warp + half takes positions begin + hw, + 32, ..., two per step.
+    constexpr int kStreams = 2 * kWarps;
+    for (int base = begin + 2 * warp; base < end; base += 2 * kStreams) {
+      int pp[2] = {base + half, base + kStreams + half};
+      uint4 kr[2], vr[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (pp[u] < end) {
+          const size_t at = (size_t(pp[u]) * C::KV_HEADS + g) * D + sub * P;
+          kr[u] = __ldcg(reinterpret_cast<const uint4*>(kc + at));
+          vr[u] = __ldcg(reinterpret_cast<const uint4*>(vc + at));
+        } else {
+          kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const bool valid = pp[u] < end;
+        float kf[P], vf[P];
+        unpack_bf16x8(kr[u], kf);
+        unpack_bf16x8(vr[u], vf);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          float s = 0.0f;
+#pragma unroll
+          for (int j = 0; j < P; ++j) s = fmaf(qr[h][j], kf[j], s);
+#pragma unroll
+          for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+          if (valid) {
+            const float mn = fmaxf(m[h], s);
+            const float corr = exp2f(m[h] - mn);
+            const float e = exp2f(s - mn);
+            lsum[h] = lsum[h] * corr + e;
+#pragma unroll
+            for (int j = 0; j < P; ++j) o[h][j] = fmaf(e, vf[j], o[h][j] * corr);
+            m[h] = mn;
+          }
+        }
+      }
+    }
+    // Merge the warp's two halves (lanes sub and sub + 16 hold the same dims).
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float mo = __shfl_xor_sync(kFullMask, m[h], 16), lo = __shfl_xor_sync(kFullMask, lsum[h], 16);
+      const float M = fmaxf(m[h], mo);
+      const float wa = M == -INFINITY ? 0.0f : exp2f(m[h] - M), wb = M == -INFINITY ? 0.0f : exp2f(mo - M);
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const float oo = __shfl_xor_sync(kFullMask, o[h][j], 16);
+        o[h][j] = o[h][j] * wa + oo * wb;
+      }
+      lsum[h] = lsum[h] * wa + lo * wb;
+      m[h] = M;
+      if (half == 0) {
+#pragma unroll
+        for (int j = 0; j < P; ++j) sm_o[(warp * G + h) * D + sub * P + j] = o[h][j];
+        if (sub == 0) {
+          sm_m[warp * G + h] = m[h];
+          sm_l[warp * G + h] = lsum[h];
+        }
+      }
+    }
+    __syncthreads();
+    // Merge the warps: one (m, l, o) per (head, split).
+    for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
+      const int h = idx / D, d = idx % D;
+      float M = -INFINITY;
+      for (int s = 0; s < kWarps; ++s) M = fmaxf(M, sm_m[s * G + h]);
+      float L = 0.0f, O = 0.0f;
+      if (M != -INFINITY) {
+        for (int s = 0; s < kWarps; ++s) {
+          const float wt = exp2f(sm_m[s * G + h] - M);
+          L = fmaf(sm_l[s * G + h], wt, L);
+          O = fmaf(sm_o[(s * G + h) * D + d], wt, O);
+        }
+      }
+      const size_t slot = (size_t(l) * C::HEADS + g * G + h) * kMaxSplits + split;
+      __stcg(c.p.partial_o + slot * D + d, O);
+      if (d == 0) {
+        __stcg(c.p.partial_ml + 2 * slot, M);
+        __stcg(c.p.partial_ml + 2 * slot + 1, L);
+      }
+    }
+  }
+
+  // Ticket: the last split of (l, g) to arrive merges all non-empty splits into attn[l].
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t ticket = take_ticket(c.counter(Counter::AttnTicket, l, g));
+    c.flags[0] = ticket == uint32_t(c.t + 1) * uint32_t(c.p.splits) - 1u;
+  }
+  __syncthreads();
+  if (!c.flags[0]) return;
+  const int used = (n + chunk - 1) / chunk;  // non-empty splits
+  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
+    const int h = idx / D, d = idx % D;
+    const size_t slot0 = (size_t(l) * C::HEADS + g * G + h) * kMaxSplits;
+    float M = -INFINITY;
+    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(c.p.partial_ml + 2 * (slot0 + s)));
+    float L = 0.0f, O = 0.0f;
+    for (int s = 0; s < used; ++s) {
+      const float ms = __ldcg(c.p.partial_ml + 2 * (slot0 + s));
+      if (ms == -INFINITY) continue;
+      const float wt = exp2f(ms - M);
+      L = fmaf(__ldcg(c.p.partial_ml + 2 * (slot0 + s) + 1), wt, L);
+      O = fmaf(__ldcg(c.p.partial_o + (slot0 + s) * D + d), wt, O);
+    }
+    __stcg(c.p.attn + size_t(l) * C::Q + (g * G + h) * D + d, O / L);
+  }
+  signal_add(c.counter(Counter::AttnReady, l), 1u);
+}
+
+template <class C>
+__device__ void stage_attention(Ctx<C>& c, int l) {
+  StageTimer timer(c.p.timing, c.cta, Stage::Attention);
+  const int items = C::KV_HEADS * c.p.splits;
+  for (int item = c.cta; item < items; item += c.ctas) attention_item(c, l, item / c.p.splits, item % c.p.splits);
+}
+
+}  // namespace megaqwen::cuda::mk

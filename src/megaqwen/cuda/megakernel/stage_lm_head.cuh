@@ -1,0 +1,84 @@
+// The last stage of a token: final RMSNorm redundantly, this CTA's slice of the LM head with the
+// per-CTA best (value, id), then the token selection by the last CTA to arrive.
+//   in:      x[L] (H floats), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
+//            per CTA (0.6B on 132 CTAs: 1,151 rows = 2.36 MB in 36 chunks of 32 rows)
+//   out:     best_v[cta], best_i[cta]; logits_out[t, row] when the tests ask for the raw logits;
+//            the selecting CTA: tokens[t], the host mailbox (token, then count, system-scope fence
+//            between them), Done when the run ends (eos id, budget, host stop request)
+//   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
+//   waits:   DownDone[L - 1] >= ctas * (t + 1)
+//   signals: LmTicket += 1 (acq_rel ticket) from every CTA; the last (ticket == ctas * (t + 1) - 1)
+//            stores Step = t + 1 (release): every CTA's next token starts on it
+// CTA 0 reads the host's stop request (mapped memory, a PCIe round trip) before it waits, so the read
+// is off the critical path, and publishes it as StopSeen before it takes its ticket.
+#pragma once
+
+#include "megaqwen/cuda/megakernel/context.cuh"
+#include "megaqwen/cuda/megakernel/select.cuh"
+
+namespace megaqwen::cuda::mk {
+
+template <class C>
+__device__ bool is_stop_token(const Ctx<C>& c, int token) {
+  for (int e = 0; e < c.p.n_eos; ++e)
+    if (c.p.eos[e] == token) return true;
+  return false;
+}
+
+template <class C>
+__device__ void stage_lm_head(Ctx<C>& c) {
+  {
+    StageTimer timer(c.p.timing, c.cta, Stage::LmHead);
+    if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
+    wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas());
+    timer.waited();
+    const float* xf = c.p.x + size_t(C::L) * C::H;
+    rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
+    const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t)};
+    float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : nullptr;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    auto consider = [&](int row, float a) {
+      if (logits) __stcg(logits + row, a);
+      const float v = select_value(rule, a, row);
+      if (better_pair(v, row, bv, bi)) bv = v, bi = row;
+    };
+    stream_rows<C::H>(c, Mat::Lm, c.vec, [&](int row, float a0, float a1, bool has1) {
+      consider(row, a0);
+      if (has1) consider(row + 1, a1);
+    });
+    block_best(bv, bi, c.red);
+    if (threadIdx.x == 0) {
+      __stcg(c.p.best_v + c.cta, bv);
+      __stcg(c.p.best_i + c.cta, bi);
+    }
+  }
+
+  StageTimer timer(c.p.timing, c.cta, Stage::Select);
+  __syncthreads();
+  if (threadIdx.x == 0) c.flags[0] = take_ticket(c.counter(Counter::LmTicket)) == c.all_ctas() - 1u;
+  __syncthreads();
+  if (!c.flags[0]) return;
+  float v;
+  int id;
+  merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);
+  if (threadIdx.x == 0) {
+    const int token = id == INT_MAX ? 0 : id;
+    __stcg(c.p.tokens + c.t, token);
+    Mailbox* mb = c.p.mailbox;
+    mb->tokens[c.t] = token;
+    __threadfence_system();
+    mb->count = c.t + 1;
+    const bool stop = is_stop_token(c, token) || c.t + 1 >= c.p.max_tokens ||
+                      __ldcg(reinterpret_cast<const int*>(c.counter(Counter::StopSeen))) != 0;
+    if (stop) {
+      __stcg(reinterpret_cast<int*>(c.counter(Counter::Done)), 1);
+      __threadfence_system();
+      mb->finished = 1;
+    }
+    __threadfence();
+    st_release(c.counter(Counter::Step), uint32_t(c.t + 1));
+  }
+}
+
+}  // namespace megaqwen::cuda::mk

@@ -1,0 +1,98 @@
+// Dependency primitives of the megakernel: counters in global memory that count up across tokens.
+//
+// signal(): every thread's writes of the stage are done (the caller's __syncthreads), then thread 0
+//   makes them visible at GPU scope and adds with red.release.gpu (no return value: a fire-and-forget
+//   reduction at L2).
+// wait_at_least(): thread 0 spins on ld.acquire.gpu until the counter reaches the target, then a
+//   __syncthreads hands the acquired view to the whole CTA (the pattern of cooperative groups' grid
+//   barrier, without the barrier: only the CTAs that need a result wait for it).
+// ticket(): atom.add.acq_rel.gpu, for "the last one to arrive does the merge" (attention splits,
+//   the LM head's token selection).
+// Data produced inside the launch is read with ld.global.cg (__ldcg: L2, not the incoherent L1) and
+// never through the read-only path (__ldg), which is kept for the weights.
+#pragma once
+
+#include <cstdint>
+
+#include "megaqwen/cuda/megakernel/layout.h"
+
+namespace megaqwen::cuda::mk {
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void nanosleep_hint() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(32);
+#endif
+}
+
+// Block-wide: returns once *counter >= target (wrap-free: counters stay far below 2^31 in a launch).
+__device__ __forceinline__ void wait_at_least(const uint32_t* counter, uint32_t target) {
+  if (threadIdx.x == 0) {
+    int spins = 0;
+    while (int32_t(ld_acquire(counter) - target) < 0)
+      if (++spins > 64) nanosleep_hint();
+  }
+  __syncthreads();
+}
+
+// Block-wide: the caller has finished writing (all threads); adds `amount` with release semantics.
+__device__ __forceinline__ void signal_add(uint32_t* counter, uint32_t amount) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    red_release_add(counter, amount);
+  }
+}
+
+// Thread 0 only: the ticket (old value) of an acq_rel add of 1.
+__device__ __forceinline__ uint32_t take_ticket(uint32_t* counter) {
+  __threadfence();
+  return atom_add_acq_rel(counter, 1u);
+}
+
+// Per-stage timing (MEGAQWEN_MK_TIMING=1): %globaltimer in ns, thread 0, summed per CTA and stage.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct StageTimer {
+#if MEGAQWEN_MK_TIMING
+  unsigned long long* slots;
+  unsigned long long t0 = 0, t1 = 0;
+  __device__ StageTimer(unsigned long long* timing, int cta, Stage s)
+      : slots(timing ? timing + (size_t(cta) * kStageCount + int(s)) * kTimingSlots : nullptr) {
+    if (slots && threadIdx.x == 0) t0 = t1 = global_ns();
+  }
+  __device__ void waited() {
+    if (slots && threadIdx.x == 0) t1 = global_ns();
+  }
+  __device__ ~StageTimer() {
+    if (slots && threadIdx.x == 0) {
+      const unsigned long long t2 = global_ns();
+      slots[0] += t1 - t0;
+      slots[1] += t2 - t1;
+    }
+  }
+#else
+  __device__ StageTimer(unsigned long long*, int, Stage) {}
+  __device__ void waited() {}
+#endif
+};
+
+}  // namespace megaqwen::cuda::mk
