@@ -286,6 +286,59 @@ def test_full_queue_503_and_disconnect_cancels(tiny_model):
         assert s.stop() == 0
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": USER}),
+    ("/v1/completions", {"prompt": "a"}),
+])
+def test_non_streamed_disconnect_cancels(tiny_model, path, body):
+    # A non-streamed request writes nothing until its answer is done, so only the server watching the
+    # connection can notice this client leave: without it the generation would run all its tokens.
+    s = ServerProcess(tiny_model, "--ctx", "8192")
+    try:
+        payload = json.dumps({**body, "model": MODEL, "max_tokens": 8000, "temperature": 1.0}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_requests_running") == 1, 10)
+        time.sleep(0.5)
+        left = time.monotonic()
+        sock.close()
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_generations_cancelled_total") == 1, 5)
+        assert time.monotonic() - left < 3
+        text = raw(s, "GET", "/metrics")[1]
+        assert metric(text, "megaqwen_generated_tokens_total") < 8000
+        assert metric(text, "megaqwen_requests_running") == 0
+        assert metric(text, f'megaqwen_requests_total{{endpoint="{path}",status="499"}}') == 1
+        # The engine is free again and a well-behaved client still gets its whole answer.
+        status, answer = raw(s, "POST", path, {**body, "max_tokens": 2})
+        assert status == 200 and 1 <= answer["usage"]["completion_tokens"] <= 2
+    finally:
+        assert s.stop() == 0
+
+
+def test_non_streamed_disconnect_in_the_queue_never_runs(tiny_model):
+    s = ServerProcess(tiny_model, "--ctx", "4096", "--queue", "2")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4000, stream=True)
+        next(iter(stream))  # running now
+        payload = json.dumps({"messages": USER, "max_tokens": 2}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_queue_depth") == 1, 10)
+        sock.close()
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1],
+                                         'megaqwen_requests_total{endpoint="/v1/chat/completions",status="499"}') == 1, 5)
+        stream.close()
+        assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_queue_depth") == 0, 10)
+        text = raw(s, "GET", "/metrics")[1]
+        assert metric(text, "megaqwen_generations_total") == 1  # the stream's; the hung-up request never ran
+        assert metric(text, "megaqwen_generations_cancelled_total") == 1
+    finally:
+        assert s.stop() == 0
+
+
 def test_request_timeout_ends_a_long_generation(tiny_model):
     s = ServerProcess(tiny_model, "--ctx", "8192", "--timeout", "2")
     try:

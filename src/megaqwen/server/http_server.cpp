@@ -1,10 +1,14 @@
 #include "megaqwen/server/http_server.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 
 #include "megaqwen/server/api_error.h"
@@ -35,6 +39,64 @@ void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.st
 ApiError queue_timeout() {
   return ApiError(503, "the request timed out waiting in the queue", "server_error", "", "queue_timeout");
 }
+
+// A non-streamed request whose client hung up: nobody reads this answer, but the status shows in
+// the request metrics (nginx's "client closed request").
+ApiError client_closed() { return ApiError(499, "the client closed the connection", "invalid_request_error"); }
+
+// "host port" of one end of a socket as httplib writes Request::remote_addr/remote_port.
+std::string endpoint_of(int fd, bool peer) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (rc != 0 || (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) return "";
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "";
+  return fmt::format("{} {}", host, port);
+}
+
+// Watches the connection of a request whose handler blocks while its job runs. httplib 0.11 gives
+// such a handler no sign of the client leaving (only a streamed response sees a failed write), nor
+// its socket; but the request names both ends of its TCP connection, and exactly one open descriptor
+// has that pair, open until the handler returns. Polling it for a hang-up (POLLRDHUP: the client
+// closed or shut down its side) changes nothing on the wire, unlike writing whitespace as a probe.
+// Linux only (/proc/self/fd); elsewhere, or when the socket is not found, nothing is watched.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req) {
+    const std::string local = fmt::format("{} {}", req.local_addr, req.local_port);
+    const std::string remote = fmt::format("{} {}", req.remote_addr, req.remote_port);
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (!dir) return;
+    while (const dirent* entry = ::readdir(dir)) {
+      char* end = nullptr;
+      const long fd = std::strtol(entry->d_name, &end, 10);
+      if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+      if (endpoint_of(int(fd), false) == local && endpoint_of(int(fd), true) == remote) {
+        fd_ = int(fd);
+        break;
+      }
+    }
+    ::closedir(dir);
+  }
+
+  // True once the client closed its end (or the connection failed).
+  bool gone() const {
+    if (fd_ < 0) return false;
+#ifdef POLLRDHUP
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+#else
+    return false;
+#endif
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // Metrics label of a path: the known routes, and "other" so unknown paths cannot grow the label set.
 std::string endpoint_label(const std::string& path) {
@@ -197,8 +259,10 @@ struct HttpServer::Impl {
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created)); });
     });
-    post("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) { chat(body, res); });
-    post("/v1/completions", [this](const std::string& body, httplib::Response& res) { complete(body, res); });
+    post("/v1/chat/completions", [this](const httplib::Request& req, const std::string& body,
+                                        httplib::Response& res) { chat(req, body, res); });
+    post("/v1/completions", [this](const httplib::Request& req, const std::string& body,
+                                   httplib::Response& res) { complete(req, body, res); });
   }
 
   // Runs a handler with the API key checked and every failure turned into an error response.
@@ -221,7 +285,8 @@ struct HttpServer::Impl {
 
   // A POST route whose body is read here, under the size limit (httplib's own limit covers bodies with
   // a Content-Length; chunked bodies are counted as they arrive).
-  void post(const std::string& path, std::function<void(const std::string&, httplib::Response&)> handler) {
+  using PostHandler = std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  void post(const std::string& path, PostHandler handler) {
     http.Post(path, httplib::Server::HandlerWithContentReader(
                         [this, handler](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) {
@@ -245,11 +310,11 @@ struct HttpServer::Impl {
                             send_error(res, invalid_request("could not read the request body"));
                             return;
                           }
-                          guarded(req, res, [&] { handler(body, res); });
+                          guarded(req, res, [&] { handler(req, body, res); });
                         }));
     // A POST without a body never reaches a content-reader route.
     http.Post(path, httplib::Server::Handler([this, handler](const httplib::Request& req, httplib::Response& res) {
-                guarded(req, res, [&] { handler(req.body, res); });
+                guarded(req, res, [&] { handler(req, req.body, res); });
               }));
   }
 
@@ -261,18 +326,24 @@ struct HttpServer::Impl {
     return job;
   }
 
-  // Blocks until the job is done; 503 when it is still queued at its deadline.
-  static const GenerationResult& wait_for(GenerationJob& job) {
+  // Blocks until the job is done; 503 when it is still queued at its deadline. A client that hangs
+  // up meanwhile cancels the job (it stops at its next token, or never leaves the queue).
+  static const GenerationResult& wait_for(GenerationJob& job, const httplib::Request& req) {
+    const ClientWatch client(req);
     for (;;) {
       std::string ignored;
       if (job.wait(kPollInterval, ignored) == GenerationJob::State::Done) break;
       if (Clock::now() >= job.deadline() && job.withdraw()) throw queue_timeout();
+      if (client.gone()) {
+        job.cancel();
+        throw client_closed();
+      }
     }
     if (job.error()) throw *job.error();
     return job.result();
   }
 
-  void chat(const std::string& body, httplib::Response& res) {
+  void chat(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     ChatCompletionRequest r =
         parse_chat_completion_request(parse_json_body(body), served.limits, served.wants_argument_objects());
     ChatPrompt prompt = build_chat_prompt(served, r);
@@ -284,7 +355,7 @@ struct HttpServer::Impl {
              std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix, r.options.include_usage));
       return;
     }
-    const GenerationResult& result = wait_for(*job);
+    const GenerationResult& result = wait_for(*job, req);
     ReplyDelta reply = parser.feed(prompt.forced_prefix + result.text);
     ReplyDelta rest = parser.finish();
     reply.reasoning += rest.reasoning;
@@ -295,7 +366,7 @@ struct HttpServer::Impl {
                                    usage_of(result)));
   }
 
-  void complete(const std::string& body, httplib::Response& res) {
+  void complete(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     CompletionRequest r = parse_completion_request(parse_json_body(body), served.limits);
     ResponseHeader header = new_response_header("cmpl", served.limits.id);
     auto job = submit(make_generation_request(served, build_completion_prompt(served, r), r.options));
@@ -303,7 +374,7 @@ struct HttpServer::Impl {
       stream(res, job, std::make_shared<CompletionStreamFormat>(header, r.options.include_usage));
       return;
     }
-    const GenerationResult& result = wait_for(*job);
+    const GenerationResult& result = wait_for(*job, req);
     send_json(res, 200, completion_json(header, result.text, finish_reason(result.finish, false), usage_of(result)));
   }
 
