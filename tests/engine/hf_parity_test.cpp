@@ -1,15 +1,19 @@
-// Parity of the CPU engine with Hugging Face transformers on the fixtures in tests/fixtures/hf:
-// small random Qwen3 checkpoints (GQA 1/2/4, tied and untied heads, head_dim != hidden/heads, sharded,
-// bf16/f16/f32, rope_theta 1e6 and 1e4) with transformers' fp32 logits and greedy continuations.
-// See tests/fixtures/hf/README.md and tools/make_hf_fixtures.py.
+// Parity of the CPU engines with Hugging Face transformers, one test body for every fixture:
+// - tests/fixtures/hf: small random Qwen3 checkpoints (GQA 1/2/4, tied and untied heads,
+//   head_dim != hidden/heads, sharded, bf16/f16/f32, rope_theta 1e6 and 1e4), tools/make_hf_fixtures.py;
+// - tests/fixtures/hf_qwen35: small random Qwen3.5 hybrids (layer patterns [L, F], [L, L, F],
+//   [F, L, L, F], wrapper and text-only layouts), tools/make_hf_fixtures_qwen35.py;
+// each with transformers' fp32 logits and greedy continuations. create_engine picks the engine that
+// runs the model's architecture on the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/hf_fixture.h"
-#include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/create_engine.h"
 #include "megaqwen/model/model.h"
 
 namespace megaqwen {
@@ -18,10 +22,21 @@ namespace {
 using test::hf_fixtures_dir;
 using test::kLogitTolerance;
 
+// Parameter: a case folder relative to tests/fixtures, e.g. "hf/gqa1_bf16".
 class HfParity : public ::testing::TestWithParam<std::string> {
  protected:
-  std::filesystem::path dir() const { return hf_fixtures_dir() / GetParam(); }
+  std::filesystem::path dir() const { return test::fixtures_dir() / GetParam(); }
+  static std::unique_ptr<Engine> cpu_engine(std::shared_ptr<const Model> model) {
+    return create_engine(std::move(model), {.device = "cpu", .context = 256, .threads = 2, .quiet = true});
+  }
 };
+
+std::vector<std::string> all_cases() {
+  std::vector<std::string> cases;
+  for (const auto& c : test::fixture_cases(hf_fixtures_dir())) cases.push_back("hf/" + c);
+  for (const auto& c : test::fixture_cases(test::hf_qwen35_fixtures_dir())) cases.push_back("hf_qwen35/" + c);
+  return cases;
+}
 
 TEST(HfFixtures, AllCasesPresent) {
   // tools/make_hf_fixtures.py makes 8 cases; fewer means the fixtures are missing or were not regenerated.
@@ -46,7 +61,8 @@ TEST_P(HfParity, LogitsMatchTransformers) {
     ASSERT_GE(prefill_len, 1u);
     ASSERT_LE(prefill_len, ids.size());
 
-    CpuEngine engine(model, {.context = 256, .threads = 2});
+    auto engine_ptr = cpu_engine(model);
+    Engine& engine = *engine_ptr;
     std::vector<float> prefill_logits;
     engine.prefill_all_logits(std::span(ids).first(prefill_len), prefill_logits);
     ASSERT_EQ(prefill_logits.size(), prefill_len * size_t(V));
@@ -80,19 +96,23 @@ TEST_P(HfParity, GreedyMatchesGenerate) {
   const std::vector<int32_t> want = expected.at("greedy").at("tokens").get<std::vector<int32_t>>();
   ASSERT_EQ(want.size(), 32u);
 
-  CpuEngine engine(load_model(dir().string()), {.context = 256, .threads = 2});
+  auto engine = cpu_engine(load_model(dir().string()));
   std::vector<int32_t> got;
-  std::span<const float> logits = engine.prefill(prompt);
+  std::span<const float> logits = engine->prefill(prompt);
   while (got.size() < want.size()) {
     got.push_back(test::argmax(logits));
-    if (got.size() < want.size()) logits = engine.decode(got.back());
+    if (got.size() < want.size()) logits = engine->decode(got.back());
   }
   EXPECT_EQ(got, want) << GetParam();
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(test::hf_fixture_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfParity);
 
 }  // namespace
