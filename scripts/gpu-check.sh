@@ -17,8 +17,9 @@
 #             shared loads), bench megakernel vs per-op at depths 1..32768, compute-sanitizer
 #             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
 #             runs it alone (~330 s)
-# Output (at most 8 files, the device tool's limit) under $OUT (or build-gpu/out): gpu-check.log (every
-# stage's output), tests.xml, bench.json, verify.json, peers.json, sass-gemv.txt, summary.md.
+# Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
+# gpu-check.log (every stage's output), tests.xml, mk-tests.xml, bench.json, mk-bench.json, verify.json,
+# peers.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts are in the log).
 # MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default 570) bounds the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,8 +96,9 @@ env_stage() {
 sass_stage() {
   [ -n "$cuobjdump" ] || { echo "no cuobjdump on this machine"; return 3; }
   "$cuobjdump" -sass build-gpu/bin/megaqwen >/tmp/sass.txt || return 1
-  awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' /tmp/sass.txt >"$out/sass-gemv.txt"
-  echo "GEMV functions: $(grep -c 'Function :' "$out/sass-gemv.txt"); LDG.E.128 in them: $(grep -c 'LDG.E.128' "$out/sass-gemv.txt"); other LDG: $(grep 'LDG' "$out/sass-gemv.txt" | grep -vc 'LDG.E.128')"
+  # Not under $out: a ninth file there would not come back (8 files at most).
+  awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' /tmp/sass.txt >/tmp/sass-gemv.txt
+  echo "GEMV functions: $(grep -c 'Function :' /tmp/sass-gemv.txt); LDG.E.128 in them: $(grep -c 'LDG.E.128' /tmp/sass-gemv.txt); other LDG: $(grep 'LDG' /tmp/sass-gemv.txt | grep -vc 'LDG.E.128')"
 }
 model_stage() {
   [ -f "$model/model.safetensors" ] || $mq synth --preset qwen3-0.6b --seed 0 --out "$model"
@@ -189,13 +191,19 @@ print("## gpu-check summary\n")
 print("| stage | result |\n|---|---|")
 for m in re.finditer(r"^=== (\w+): (.*)$", text, re.M):
     print(f"| {m.group(1)} | {m.group(2)} |")
-x = os.path.join(out, "tests.xml")
-if os.path.exists(x):
-    t = open(x).read()
+# Both gtest XML files (tests stage, mk stage). A binary that crashed or was killed writes none: then
+# the last test the log saw start is the suspect.
+last_run = re.findall(r"^\[ RUN      \] (\S+)", text, re.M)
+for name in ("tests.xml", "mk-tests.xml"):
+    x = os.path.join(out, name)
+    if not os.path.exists(x):
+        print(f"\n{name}: none written (stage skipped, crashed or timed out; last test started: {last_run[-1] if last_run else '-'})")
+        continue
+    t = open(x, errors="replace").read()
     m = re.search(r'<testsuites tests="(\d+)" failures="(\d+)" disabled="(\d+)" errors="(\d+)"', t)
     skipped = len(re.findall(r'result="skipped"', t))
-    if m: print(f"\ntests: {m.group(1)} run, {m.group(2)} failed, {skipped} skipped")
-    for f in re.findall(r'<testcase name="(\w+)"[^>]*classname="(\w+)"[^>]*>\s*<failure', t):
+    if m: print(f"\n{name}: {m.group(1)} tests, {m.group(2)} failed, {skipped} skipped")
+    for f in re.findall(r'<testcase name="([^"]+)"[^>]*classname="([^"]+)"[^>]*>\s*<failure', t):
         print(f"  FAILED {f[1]}.{f[0]}")
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",

@@ -74,11 +74,14 @@ std::vector<T> download(const cuda::DeviceBuffer<T>& d, size_t n = SIZE_MAX) {
 inline cuda::DeviceBuffer<float> poisoned_f32(size_t n) {
   cuda::DeviceBuffer<float> d(n);
   CUDA_CHECK(cudaMemset(d.data(), 0xff, d.bytes()));  // 0xffffffff is a NaN
+  // The memset runs on the legacy stream, which the engines' non-blocking streams do not wait for.
+  CUDA_CHECK(cudaDeviceSynchronize());
   return d;
 }
 inline cuda::DeviceBuffer<uint16_t> poisoned_bf16(size_t n) {
   cuda::DeviceBuffer<uint16_t> d(n);
   CUDA_CHECK(cudaMemset(d.data(), 0xff, d.bytes()));  // 0xffff is a bf16 NaN
+  CUDA_CHECK(cudaDeviceSynchronize());  // as above
   return d;
 }
 

@@ -73,6 +73,9 @@ MkRun run_megakernel(cuda::CudaEngine& gpu, int32_t first, int n, const Sampling
                      uint64_t step = 0) {
   const size_t V = size_t(gpu.config().vocab_size);
   auto logits = test::poisoned_f32(size_t(n) * V);
+  // The poison is a cudaMemset on the legacy stream, which the engine's non-blocking stream does not
+  // wait for: let it land before the kernel writes the logits.
+  CUDA_CHECK(cudaDeviceSynchronize());
   MkRun r;
   const int drawn = gpu.megakernel_generate(first, n, {}, params, step, [&](int32_t id) {
     r.tokens.push_back(id);

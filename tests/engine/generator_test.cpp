@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <optional>
+
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -41,6 +45,26 @@ class ScriptedEngine final : public Engine {
   void truncate(int n) override { position_ = n; }
   void fill_cache_with_noise(int n) override { position_ = n; }
   uint64_t kv_bytes_per_token() const override { return 0; }
+
+  // With device_runs set: whole runs of greedy steps in one call, as the CUDA megakernel serves them
+  // (Engine::generate_on_device's contract: one append per draw, the last draw never appended).
+  bool device_runs = false;
+  int device_calls = 0;
+  std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                        const SamplingParams& params, uint64_t, const std::function<bool(int32_t)>& on_token) override {
+    if (!device_runs || !params.greedy()) return std::nullopt;
+    ++device_calls;
+    if (max_tokens < 1 || position_ + max_tokens > context_) fail("run of {} past the context", max_tokens);
+    int drawn = 0;
+    for (;;) {
+      ++position_;  // `token` appended
+      const int32_t next = next_[size_t(token)];
+      ++drawn;
+      if (!on_token(next) || drawn == max_tokens || std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end()) break;
+      token = next;
+    }
+    return drawn;
+  }
 
  private:
   std::span<const float> point_at(int32_t id) {
@@ -153,6 +177,50 @@ TEST(Generator, StopsWhenTheContextIsFull) {
   auto r = g.run(greedy({1, 2, 3}, 50));
   EXPECT_EQ(r.finish, FinishReason::ContextFull);
   EXPECT_EQ(r.tokens.size(), 6u);  // 3 prompt + 5 decoded fill the 8 slots; the 6th is sampled last
+}
+
+// An engine that runs whole stretches of steps on its device (generate_on_device) gives the same
+// tokens, finish reasons, cache position and cached prefix as per-token steps: budget, eos, cancel,
+// context full, and prefix reuse across turns.
+TEST(Generator, DeviceRunsMatchPerTokenSteps) {
+  struct Turn {
+    GenerationRequest req;
+    int cancel_after = 0;  // the callback returns false on this call (0: never)
+  };
+  std::vector<Turn> turns;
+  turns.push_back({greedy({1, 2, 3}, 5)});                 // budget
+  turns.push_back({greedy({1, 2, 3, 4, 5, 6, 7, 40}, 4)});  // reuses the cache
+  auto eos = greedy({10}, 50);
+  eos.eos_ids = {14, 90};
+  turns.push_back({eos});                                   // eos after 3 tokens
+  turns.push_back({greedy({20}, 50), 4});                   // cancelled at the 4th token
+  turns.push_back({greedy({20, 21, 22, 23, 30}, 50)});      // continues after the cancelled turn's cache
+  turns.push_back({greedy({1}, 1)});                        // one token: no run at all
+  turns.push_back({greedy({5, 6}, 200)});                   // context full (64)
+  ScriptedEngine per_token(100, 64), on_device(100, 64);
+  on_device.device_runs = true;
+  Generator gp(per_token), gd(on_device);
+  for (size_t i = 0; i < turns.size(); ++i) {
+    auto run = [&](Generator& g) {
+      int calls = 0;
+      std::vector<int32_t> streamed;
+      auto r = g.run(turns[i].req, [&](int32_t t, std::string_view) {
+        if (t >= 0) streamed.push_back(t);
+        return turns[i].cancel_after == 0 || ++calls < turns[i].cancel_after;
+      });
+      EXPECT_EQ(streamed, r.tokens) << "turn " << i;
+      return r;
+    };
+    const auto a = run(gp), b = run(gd);
+    EXPECT_EQ(a.tokens, b.tokens) << "turn " << i;
+    EXPECT_EQ(int(a.finish), int(b.finish)) << "turn " << i;
+    EXPECT_EQ(a.reused_tokens, b.reused_tokens) << "turn " << i;
+    EXPECT_EQ(per_token.position(), on_device.position()) << "turn " << i;
+    EXPECT_EQ(gp.cached_tokens(), gd.cached_tokens()) << "turn " << i;
+    EXPECT_EQ(gd.cached_tokens().size(), size_t(on_device.position())) << "turn " << i;
+  }
+  EXPECT_GT(on_device.device_calls, 0);
+  EXPECT_EQ(on_device.decodes, 0) << "every step after the first ran on the device";
 }
 
 TEST(Generator, RejectsBadRequests) {

@@ -149,9 +149,16 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   } else {
     const std::string why = mk::Megakernel::unsupported_reason(c, options_.device);
     if (why.empty()) {
-      megakernel_ = std::make_unique<mk::Megakernel>(c, weights_, k_cache_.data(), v_cache_.data(), context_,
-                                                     inv_freq_.data(), options_.device, stream_);
-      decode_note_ = megakernel_->describe();
+      try {
+        megakernel_ = std::make_unique<mk::Megakernel>(c, weights_, k_cache_.data(), v_cache_.data(), context_,
+                                                       inv_freq_.data(), options_.device, stream_);
+        decode_note_ = megakernel_->describe();
+      } catch (const Error& e) {
+        // Auto keeps the per-op path working when the megakernel cannot start here (e.g. its blocks
+        // are not all co-resident on this device); only an explicit request fails.
+        if (choice == DecodeKernel::Megakernel) throw;
+        decode_note_ = std::string("per-op (the megakernel could not start: ") + e.what() + ")";
+      }
     } else if (choice == DecodeKernel::Megakernel) {
       fail("--decode-kernel megakernel: {}", why);
     } else {
@@ -159,11 +166,15 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
     }
   }
   device_name_ += ", decode: " + (megakernel_ ? std::string("megakernel") : std::string("per-op"));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The whole device, not just stream_: the cudaMemset / cudaMemcpy calls above went to the legacy
+  // default stream, which a cudaStreamNonBlocking stream does not wait for (a pageable cudaMemcpy
+  // may return before its DMA lands), so the first prefill could otherwise race the uploads.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaEngine::~CudaEngine() {
   megakernel_.reset();  // before the stream goes away
+  gemm_.reset();        // the cuBLAS handle is bound to stream_: destroy it while the stream exists
   if (graph_) cudaGraphExecDestroy(graph_);
   if (stream_) {
     cudaStreamSynchronize(stream_);
@@ -424,7 +435,19 @@ int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<con
   req.seed = params.seed;
   req.step = step;
   req.logits_out = logits_out;
-  const int drawn = megakernel_->run(position_, req, on_token);
+  // Every on_token call stands for one appended token (the one fed before that draw), also when the
+  // callback throws (the runner stops the kernel first): keep position_ equal to what was delivered.
+  int calls = 0;
+  int drawn = 0;
+  try {
+    drawn = megakernel_->run(position_, req, [&](int32_t id) {
+      ++calls;
+      return on_token(id);
+    });
+  } catch (...) {
+    position_ += calls;
+    throw;
+  }
   position_ += drawn;
   return drawn;
 }

@@ -158,7 +158,9 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
             go = accept(next);
             return go;
           });
-      if (drawn) continue;  // go is still true only when the context ran out: checked above
+      // go is still true only when the context ran out: checked above. (A run that drew nothing
+      // appended nothing: the per-token steps below take over rather than calling it again forever.)
+      if (drawn && *drawn > 0) continue;
       device_runs = false;  // not for these params: per-token steps from here on
     }
     if (device_sampling) {

@@ -33,7 +33,9 @@ __device__ __forceinline__ float transform_logit(const LogitTransform& t, const 
     const int c = t.counts[i];
     if (c > 0) {
       if (t.repetition_penalty != 1.0f) l = l > 0.0f ? l / t.repetition_penalty : l * t.repetition_penalty;
-      l -= t.presence_penalty + t.frequency_penalty * float(c);
+      // __fmul_rn / __fadd_rn: no FMA contraction, so the value is bit-identical to the CPU Sampler's
+      // (greedy with penalties must pick the same id on both engines).
+      l -= __fadd_rn(t.presence_penalty, __fmul_rn(t.frequency_penalty, float(c)));
     }
   }
   if (t.temperature != 1.0f) l /= t.temperature;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "megaqwen/cuda/cuda_check.h"
@@ -66,7 +68,10 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
     lw.push_back({w.qkv.data(), w.o.data(), w.gate_up.data(), w.down.data(), w.input_norm.data(), w.post_norm.data(),
                   w.q_norm.data(), w.k_norm.data()});
   layers_.resize(lw.size());
-  CUDA_CHECK(cudaMemcpy(layers_.data(), lw.data(), layers_.bytes(), cudaMemcpyHostToDevice));
+  // On stream_ and waited for: a pageable cudaMemcpy (legacy stream) may return before its DMA lands,
+  // and stream_ (non-blocking) would not wait for it before the first launch reads the table.
+  CUDA_CHECK(cudaMemcpyAsync(layers_.data(), lw.data(), layers_.bytes(), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   x_.resize((L + 1) * H);
   xmid_.resize(L * H);
   qkv_.resize(L * (Q + 2 * KV));
@@ -86,6 +91,8 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
   CUDA_CHECK(cudaHostAlloc(&mb, sizeof(Mailbox), cudaHostAllocMapped));
   mailbox_host_ = static_cast<Mailbox*>(mb);
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mailbox_dev_), mb, 0));
+  counters_host_ = PinnedBuffer<uint32_t>(counters_.size());
+  CUDA_CHECK(cudaStreamCreateWithFlags(&watch_stream_, cudaStreamNonBlocking));
 }
 
 Megakernel::~Megakernel() {
@@ -93,6 +100,58 @@ Megakernel::~Megakernel() {
     cudaStreamSynchronize(stream_);
     cudaFreeHost(mailbox_host_);
   }
+  if (watch_stream_) cudaStreamDestroy(watch_stream_);
+}
+
+int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
+  const CounterLayout lay{shape_.layers, shape_.kv_heads};
+  bool read = cudaMemcpyAsync(counters_host_.data(), counters_.data(), counters_.bytes(), cudaMemcpyDeviceToHost,
+                              watch_stream_) == cudaSuccess;
+  for (int i = 0; read && i < 500 && cudaStreamQuery(watch_stream_) == cudaErrorNotReady; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  read = read && cudaStreamQuery(watch_stream_) == cudaSuccess;
+  if (!read) {
+    std::fprintf(stderr, "megakernel watchdog: the counters could not be read while the kernel runs\n");
+    if (previous->empty()) {
+      previous->assign(1, ~0u);  // the next look decides
+      return 2;
+    }
+    return 0;
+  }
+  std::vector<uint32_t> now(size_t(lay.count()));
+  for (int i = 0; i < lay.count(); ++i) now[size_t(i)] = counters_host_.data()[size_t(i) * kCounterStride];
+  const bool first = previous->size() != now.size();  // nothing (or nothing readable) seen before
+  const bool moved = !first && now != *previous;
+  *previous = now;
+  if (!first) return moved ? 1 : 0;
+  const uint32_t T = uint32_t(t + 1), G = uint32_t(shape_.heads / shape_.kv_heads), D = uint32_t(shape_.head_dim);
+  auto get = [&](Counter c, int l = 0, int g = 0) { return now[size_t(lay.slot(c, l, g))]; };
+  std::fprintf(stderr,
+               "megakernel watchdog: no token for a while at token %d (t = %d of this launch); counters vs the "
+               "targets of token t:\n  Step %u (>= %u once t is drawn), LmTicket %u / %u, Done %u, StopSeen %u\n",
+               t, t, get(Counter::Step), T, get(Counter::LmTicket), T * uint32_t(ctas_), get(Counter::Done),
+               get(Counter::StopSeen));
+  for (int l = 0; l < shape_.layers; ++l) {
+    std::string line;
+    auto add = [&line](const char* fmt, unsigned v) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, fmt, v);
+      line.append(buf);
+    };
+    add("  layer %u: QkvReady", unsigned(l));
+    for (int g = 0; g < shape_.kv_heads; ++g) add(" %u", get(Counter::QkvReady, l, g));
+    add(" /%u, AttnTicket", T * (G + 2) * D);
+    for (int g = 0; g < shape_.kv_heads; ++g) add(" %u", get(Counter::AttnTicket, l, g));
+    add(" /%u", T * uint32_t(splits_));
+    add(", AttnReady %u", get(Counter::AttnReady, l));
+    add("/%u", T * uint32_t(shape_.kv_heads));
+    add(", ODone %u", get(Counter::ODone, l));
+    add(", MlpDone %u", get(Counter::MlpDone, l));
+    add(", DownDone %u", get(Counter::DownDone, l));
+    add(" /%u", T * uint32_t(ctas_));
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return 2;
 }
 
 std::string Megakernel::describe() const {
@@ -182,17 +241,58 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   // Poll the mailbox while the kernel runs; hand tokens over in order.
   int seen = 0;
   bool stopped = false;
+  // Watchdog: a persistent kernel that deadlocks never returns; after watchdog_s without a new token
+  // the counters are printed, and once they stop moving the process aborts (a test run then ends with
+  // the diagnosis instead of hanging until its timeout). 0 disables it.
+  static const double watchdog_s = [] {
+    const char* env = std::getenv("MEGAQWEN_MK_WATCHDOG_S");
+    return env && *env ? std::atof(env) : 20.0;
+  }();
+  auto last_progress = std::chrono::steady_clock::now();
+  std::vector<uint32_t> watched;
+  bool slow_noted = false;
   for (;;) {
     const int count = mailbox_host_->count;
     std::atomic_thread_fence(std::memory_order_acquire);
+    if (count > seen) {
+      last_progress = std::chrono::steady_clock::now();
+      watched.clear();
+    }
     while (seen < count && !stopped) {
       const int32_t id = mailbox_host_->tokens[seen++];
-      if (!on_token(id)) {
+      bool go = false;
+      try {
+        go = on_token(id);
+      } catch (...) {
+        // The kernel must not keep running (and writing the cache) behind the caller's back.
+        mailbox_host_->stop = 1;
+        cudaStreamSynchronize(stream_);
+        throw;
+      }
+      if (!go) {
         stopped = true;
         mailbox_host_->stop = 1;
       }
     }
     if (stopped || seen >= max_tokens) break;
+    if (watchdog_s > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() > watchdog_s) {
+      const int look = dump_counters(seen, &watched);  // prints the table the first time
+      const bool moved = look == 1;
+      if (look == 0) {
+        std::fprintf(stderr, "megakernel watchdog: the counters did not move for 2 s: deadlock; aborting\n");
+        std::fflush(stderr);
+        std::abort();
+      }
+      if (moved && !slow_noted) {
+        std::fprintf(stderr, "megakernel watchdog: the counters still move (slow, not stuck); waiting on\n");
+        slow_noted = true;
+      }
+      // Look again in 2 s.
+      last_progress = std::chrono::steady_clock::now() -
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(std::max(0.0, watchdog_s - 2.0)));
+    }
     if (mailbox_host_->finished) {
       std::atomic_thread_fence(std::memory_order_acquire);
       if (mailbox_host_->count == seen) break;

@@ -55,6 +55,14 @@ class Megakernel {
  private:
   int launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step, float* logits_out,
                   const std::function<bool(int32_t)>& on_token, bool* host_stopped, bool* kernel_finished);
+  // Deadlock diagnosis (MEGAQWEN_MK_WATCHDOG_S, default 20 s without a new token): reads the counters
+  // while the kernel runs (a copy on a second stream), prints them against the targets of token t;
+  // returns 2 for a first look (table printed), 1 if they moved since `previous` (slow, not stuck:
+  // e.g. under compute-sanitizer), 0 if they did not (deadlock).
+  int dump_counters(int t, std::vector<uint32_t>* previous);
+
+  PinnedBuffer<uint32_t> counters_host_;  // watchdog copy of the counters
+  cudaStream_t watch_stream_ = nullptr;   // non-blocking: copies while the kernel runs
 
   Shape shape_;
   KernelInfo info_{};

@@ -9,7 +9,7 @@
 // head of this token is still being reduced. A CTA whose range of a matrix is empty has no chunks for
 // it but still takes part in that stage's counters.
 // Qwen3-0.6B on 132 CTAs: qkv 32 rows (64 KB, 1 chunk), o 8 rows (32 KB), gate_up 48 rows (2 chunks:
-// 32 + 16), down 8 rows (48 KB), lm_head 1,151 rows (36 chunks of 32) -> 5 x 28 + 36 = 176 per token.
+// 32 + 16), down 8 rows (48 KB), lm_head 1,152 rows (36 chunks of 32) -> 5 x 28 + 36 = 176 per token.
 #pragma once
 
 #include <cstdint>

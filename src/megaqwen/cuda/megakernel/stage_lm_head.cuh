@@ -1,7 +1,7 @@
 // The last stage of a token: final RMSNorm redundantly, this CTA's slice of the LM head with the
 // per-CTA best (value, id), then the token selection by the last CTA to arrive.
 //   in:      x[L] (H floats), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
-//            per CTA (0.6B on 132 CTAs: 1,151 rows = 2.36 MB in 36 chunks of 32 rows)
+//            per CTA (0.6B on 132 CTAs: 1,152 rows = 2.36 MB in 36 chunks of 32 rows; the last CTA 1,024)
 //   out:     best_v[cta], best_i[cta]; logits_out[t, row] when the tests ask for the raw logits;
 //            the selecting CTA: tokens[t], the host mailbox (token, then count, system-scope fence
 //            between them), Done when the run ends (eos id, budget, host stop request)

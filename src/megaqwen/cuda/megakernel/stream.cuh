@@ -72,6 +72,9 @@ struct WeightStream {
     __syncthreads();
   }
   __device__ void issue() {
+    // A CTA that owns no rows of any matrix (more CTAs than rows everywhere, e.g. a small vocabulary)
+    // has an empty chunk list: chunk() would take s % 0. It issues nothing (and drain() waits for nothing).
+    if (sched->per_token == 0) return;
     if (threadIdx.x == 0) {
       const Chunk ch = sched->chunk(*p, issued);
       uint64_t* b = bar + issued % C::kStages;
