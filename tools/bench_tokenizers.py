@@ -2,11 +2,13 @@
 """Encode throughput of reference tokenizers on the corpus bench_tokenizer uses, single-threaded.
 
   tools/bench_tokenizers.py --make-corpus FILE        write the benchmark corpus (about 4 MB)
-  tools/bench_tokenizers.py --corpus FILE [--model DIR]
+  tools/bench_tokenizers.py --corpus FILE [--model DIR] [--megaqwen build/bench/tokenizer/bench_tokenizer]
 
 Measures HF `tokenizers` (tokenizer.json; RAYON_NUM_THREADS=1, one string per call) and `tiktoken`
 given the same vocabulary (ranks = Qwen ids, Qwen's regex, the added tokens as specials). tiktoken does
 no NFC, so its ids can differ on non-NFC text; the agreement with HF is printed beside its speed.
+With --megaqwen, megaqwen's own encoder (the bench_tokenizer program) runs first in the same
+invocation, on the same corpus and files, so the three are measured side by side.
 Each is timed on the whole corpus as one string (cold = first call, warm = best of the next ones) and
 line by line (one Python call per line, so that figure includes Python's call overhead).
 """
@@ -18,6 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
+import subprocess  # noqa: E402
 import sysconfig  # noqa: E402
 import time  # noqa: E402
 
@@ -70,6 +73,7 @@ def main():
     parser.add_argument("--corpus", type=pathlib.Path)
     parser.add_argument("--model", type=pathlib.Path, default=ROOT.parent / "shared" / "models" / "qwen3-0.6b")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--megaqwen", type=pathlib.Path, help="the bench_tokenizer binary, to run megaqwen alongside")
     args = parser.parse_args()
     if args.make_corpus:
         make_corpus(args.make_corpus)
@@ -79,6 +83,11 @@ def main():
     corpus = args.corpus.read_text(encoding="utf-8")
     lines = corpus.splitlines(keepends=True)
     print(f"corpus {args.corpus}: {len(corpus.encode()) / 1e6:.2f} MB, {len(lines)} lines")
+    if args.megaqwen:
+        out = subprocess.run([str(args.megaqwen), "--model", str(args.model), "--corpus", str(args.corpus),
+                              "--repeat", str(args.repeat)], check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            print(f"megaqwen     {line}")
 
     from tokenizers import Tokenizer
     hf = Tokenizer.from_file(str(args.model / "tokenizer.json"))
