@@ -37,18 +37,21 @@ struct GenerationResult {
 };
 
 // Called per generated token with the text it completes (whole UTF-8 characters, held back while it
-// could still be the start of a stop string). Return false to cancel.
+// could still be the start of a stop string). Return false to cancel. After the last token, text
+// still held back (a partial character or a possible stop-string start that never completed) comes
+// in one more call with token -1.
 using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
 
 class Generator {
  public:
   explicit Generator(Engine& engine) : engine_(engine) {}
 
+  // Reuses the longest cached prefix of request.prompt (always prefilling at least its last token),
+  // prefills the rest, then samples until a stop condition.
   GenerationResult run(const GenerationRequest& request, const TokenCallback& on_token = {});
-  // Makes the cache hold exactly `prompt` minus its last token at most, returning how many tokens
-  // were reused; the remaining tokens are prefilled by run().
+  // The tokens the engine's KV cache holds now, in order.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
-  void reset();
+  void reset();  // empties the cache
   Engine& engine() { return engine_; }
   const Engine& engine() const { return engine_; }
 
