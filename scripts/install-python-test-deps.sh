@@ -1,5 +1,25 @@
 #!/usr/bin/env bash
 # Installs the Python packages the server tests use (tests/server/*.py): the official openai client,
 # pytest, and websockets (the DevTools client that drives headless Chromium). Quiet and idempotent.
+# Works with a pyenv/venv Python and with Debian's system Python (which needs python3-pip and, being
+# "externally managed" under PEP 668, --break-system-packages for user-level test tools).
 set -euo pipefail
-python3 -m pip install --quiet --disable-pip-version-check openai pytest websockets
+packages=(openai pytest websockets)
+if python3 -c "import openai, pytest, websockets" 2>/dev/null; then
+  exit 0
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+fi
+pip=(python3 -m pip install --quiet --disable-pip-version-check)
+if ! "${pip[@]}" "${packages[@]}" 2>/tmp/megaqwen-pip.log; then
+  if grep -q "externally-managed-environment" /tmp/megaqwen-pip.log; then
+    "${pip[@]}" --break-system-packages "${packages[@]}"
+  else
+    cat /tmp/megaqwen-pip.log >&2
+    exit 1
+  fi
+fi
