@@ -1,11 +1,12 @@
-// Behaviour of the CPU hybrid engine on one Qwen3.5 fixture model (tests/fixtures/hf_qwen35/
-// llf_text_untied_bf16: layers [linear, linear, full], 2 value heads per key head): prefill/decode
-// consistency, truncate through the DeltaNet state snapshots and replay, the benchmark's noise fill,
-// errors that leave the engine usable, determinism across thread counts, and Generator prefix reuse.
+// Behaviour of the CPU hybrid engine of its own on one Qwen3.5 fixture model (tests/fixtures/hf_qwen35/
+// llf_text_untied_bf16: layers [linear, linear, full], 2 value heads per key head): truncate through the
+// DeltaNet state snapshots and replay, the benchmark's noise fill, and Generator prefix reuse. What
+// every engine does (prefill/decode consistency, chunked prefill, errors that leave the engine usable,
+// determinism across thread counts) is in engine_contract_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,41 +22,12 @@ namespace {
 using test::kLogitTolerance;
 using test::relative_max_error;
 
-class CpuHybridEngineTest : public ::testing::Test {
+class CpuHybridEngineTest : public test::EngineWorkloadTest<CpuHybridEngine> {
  protected:
   static void SetUpTestSuite() {
-    const auto dir = test::hf_qwen35_fixtures_dir() / "llf_text_untied_bf16";
-    model_ = load_model(dir.string());
-    // The longest recorded sequence (70 random ids) is the workload of every test here.
-    const nlohmann::json expected = test::read_json(dir / "expected.json");
-    for (const nlohmann::json& seq : expected.at("sequences")) {
-      auto ids = seq.at("ids").get<std::vector<int32_t>>();
-      if (ids.size() > ids_.size()) ids_ = std::move(ids);
-    }
+    w_ = test::load_engine_workload(test::hf_qwen35_fixtures_dir() / "llf_text_untied_bf16");
   }
-  static void TearDownTestSuite() { model_.reset(); }
-
-  int vocab() const { return model_->config.vocab_size; }
-  std::span<const float> row(const std::vector<float>& all, size_t pos) const {
-    return std::span<const float>(all).subspan(pos * size_t(vocab()), size_t(vocab()));
-  }
-  CpuHybridEngine engine(int threads = 2, int context = 256) const {
-    return CpuHybridEngine(model_, {.context = context, .threads = threads});
-  }
-  // Logits of every position of ids_, from one prefill.
-  std::vector<float> whole_prefill(int threads = 2) const {
-    CpuHybridEngine e = engine(threads);
-    std::vector<float> out;
-    e.prefill_all_logits(ids_, out);
-    return out;
-  }
-
-  static std::shared_ptr<const Model> model_;
-  static std::vector<int32_t> ids_;
 };
-
-std::shared_ptr<const Model> CpuHybridEngineTest::model_;
-std::vector<int32_t> CpuHybridEngineTest::ids_;
 
 TEST_F(CpuHybridEngineTest, FixtureLoaded) {
   ASSERT_GE(ids_.size(), 64u);
@@ -64,42 +36,6 @@ TEST_F(CpuHybridEngineTest, FixtureLoaded) {
   EXPECT_EQ(c.count_layers(LayerType::FullAttention), 1);
   EXPECT_EQ(c.linear_num_value_heads / c.linear_num_key_heads, 2);
   EXPECT_FALSE(c.tie_word_embeddings);
-}
-
-// Prefill of the whole sequence == prefill of a prefix + decode of the rest, for several split points
-// (the conv window is 4, so splits 1 and 2 start decoding with a partly empty conv state).
-TEST_F(CpuHybridEngineTest, PrefixPrefillPlusDecodeEqualsWholePrefill) {
-  const std::vector<float> whole = whole_prefill();
-  for (size_t split : {size_t(1), size_t(2), size_t(5), size_t(31), ids_.size() - 1}) {
-    CpuHybridEngine e = engine();
-    std::vector<float> prefix;
-    e.prefill_all_logits(std::span(ids_).first(split), prefix);
-    double worst = 0;
-    for (size_t pos = 0; pos < ids_.size(); ++pos) {
-      std::span<const float> actual = pos < split ? row(prefix, pos) : e.decode(ids_[pos]);
-      worst = std::max(worst, relative_max_error(actual, row(whole, pos)));
-    }
-    EXPECT_LE(worst, kLogitTolerance) << "split at " << split;
-    EXPECT_EQ(e.position(), int(ids_.size()));
-  }
-}
-
-// Prefill in one call == prefill in several calls of uneven sizes.
-TEST_F(CpuHybridEngineTest, PrefillInOneCallEqualsSeveralCalls) {
-  const std::vector<float> whole = whole_prefill();
-  CpuHybridEngine e = engine();
-  size_t begin = 0;
-  double worst = 0;
-  for (size_t n : {size_t(1), size_t(3), size_t(16), size_t(2), size_t(30)}) {
-    std::vector<float> part;
-    e.prefill_all_logits(std::span(ids_).subspan(begin, n), part);
-    for (size_t i = 0; i < n; ++i) worst = std::max(worst, relative_max_error(row(part, i), row(whole, begin + i)));
-    begin += n;
-  }
-  std::span<const float> last = e.prefill(std::span(ids_).subspan(begin));
-  worst = std::max(worst, relative_max_error(last, row(whole, ids_.size() - 1)));
-  EXPECT_LE(worst, kLogitTolerance);
-  EXPECT_EQ(e.position(), int(ids_.size()));
 }
 
 // truncate(n) restores the DeltaNet states at n: onto a snapshot (the end of a prefill) exactly, with
@@ -206,78 +142,6 @@ TEST_F(CpuHybridEngineTest, NoiseFilledCache) {
   EXPECT_EQ(out, whole_prefill());
   // Only the attention layer's cache is per token: 1 layer x (k + v) x kv_dim floats.
   EXPECT_EQ(e.kv_bytes_per_token(), uint64_t(2 * model_->config.kv_dim() * sizeof(float)));
-}
-
-// Expects `fn` to throw Error whose message contains every one of `needles`.
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no megaqwen::Error thrown";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& needle : needles)
-      EXPECT_NE(message.find(needle), std::string::npos) << "message '" << message << "' lacks '" << needle << "'";
-  }
-}
-
-// A token id out of range is refused with a message naming it, nothing is appended (no state is
-// touched), and the engine continues exactly as if the bad call had not been made.
-TEST_F(CpuHybridEngineTest, TokenOutOfRangeThrowsAndEngineStaysUsable) {
-  const std::vector<float> whole = whole_prefill();
-  CpuHybridEngine e = engine();
-  e.prefill(std::span(ids_).first(10));
-  const int V = vocab();
-  expect_error([&] { e.decode(V); }, {std::to_string(V), "out of range"});
-  expect_error([&] { e.decode(-1); }, {"-1", "out of range"});
-  const std::vector<int32_t> bad_batch = {ids_[10], ids_[11], V + 7, ids_[12]};
-  expect_error([&] { e.prefill(bad_batch); }, {std::to_string(V + 7), "out of range"});
-  std::vector<float> out;
-  expect_error([&] { e.prefill_all_logits(bad_batch, out); }, {std::to_string(V + 7), "out of range"});
-  expect_error([&] { e.prefill(std::span<const int32_t>()); }, {});
-  EXPECT_EQ(e.position(), 10);
-  for (size_t pos = 10; pos < 20; ++pos)
-    EXPECT_LE(relative_max_error(e.decode(ids_[pos]), row(whole, pos)), kLogitTolerance) << "position " << pos;
-}
-
-// Overflowing the context is refused with a message about the context; once full, decode is refused.
-TEST_F(CpuHybridEngineTest, ContextOverflowThrowsAndEngineStaysUsable) {
-  const std::vector<float> whole = whole_prefill();
-  const int context = 16;
-  CpuHybridEngine e = engine(2, context);
-  EXPECT_EQ(e.context_size(), context);
-  expect_error([&] { e.prefill(std::span(ids_).first(context + 1)); }, {"context"});
-  EXPECT_EQ(e.position(), 0);
-  e.prefill(std::span(ids_).first(10));
-  expect_error([&] { e.prefill(std::span(ids_).subspan(10, 7)); }, {"context"});
-  EXPECT_EQ(e.position(), 10);
-  for (size_t pos = 10; pos < size_t(context); ++pos)
-    EXPECT_LE(relative_max_error(e.decode(ids_[pos]), row(whole, pos)), kLogitTolerance) << "position " << pos;
-  expect_error([&] { e.decode(ids_[size_t(context)]); }, {"context"});
-  EXPECT_EQ(e.position(), context);
-  e.truncate(context - 1);
-  EXPECT_LE(relative_max_error(e.decode(ids_[size_t(context - 1)]), row(whole, size_t(context - 1))), kLogitTolerance);
-}
-
-// The thread count only splits work (matmul rows, conv channels, DeltaNet heads): 1, 2 and 3 threads
-// give bit-identical logits.
-TEST_F(CpuHybridEngineTest, ThreadCountDoesNotChangeLogits) {
-  auto run = [&](int threads) {
-    CpuHybridEngine e = engine(threads);
-    std::vector<float> all;
-    e.prefill_all_logits(std::span(ids_).first(40), all);
-    for (size_t pos = 40; pos < ids_.size(); ++pos) {
-      auto l = e.decode(ids_[pos]);
-      all.insert(all.end(), l.begin(), l.end());
-    }
-    return all;
-  };
-  const std::vector<float> one = run(1);
-  for (int threads : {2, 3}) {
-    const std::vector<float> other = run(threads);
-    ASSERT_EQ(other.size(), one.size());
-    EXPECT_EQ(std::memcmp(one.data(), other.data(), one.size() * sizeof(float)), 0) << threads << " threads vs 1";
-  }
 }
 
 // Generator's prefix reuse on the hybrid engine (what chat turns do): a second prompt that shares part

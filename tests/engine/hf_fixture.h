@@ -1,5 +1,5 @@
-// Reading the Hugging Face parity fixtures (tests/fixtures/hf, made by tools/make_hf_fixtures.py) and
-// the comparison metric the engine tests share.
+// Reading the Hugging Face parity fixtures (tests/fixtures/hf, made by tools/make_hf_fixtures.py), the
+// comparison metric the engine tests share, and the workload the engine behaviour tests run on.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "megaqwen/engine/engine.h"
+#include "megaqwen/model/model.h"
 #include "test_paths.h"
 
 namespace megaqwen::test {
@@ -83,5 +86,59 @@ inline int32_t argmax(std::span<const float> logits) {
     if (logits[i] > logits[size_t(best)]) best = int32_t(i);
   return best;
 }
+
+// One fixture case as the engine behaviour tests use it: its model and its longest recorded sequence
+// (70 random ids), the workload of those tests.
+struct EngineWorkload {
+  std::shared_ptr<const Model> model;
+  std::vector<int32_t> ids;
+
+  int vocab() const { return model->config.vocab_size; }
+  // Position `pos`'s logits in `all`, laid out [positions, vocab] as prefill_all_logits writes them.
+  std::span<const float> row(const std::vector<float>& all, size_t pos) const {
+    return std::span<const float>(all).subspan(pos * size_t(vocab()), size_t(vocab()));
+  }
+};
+
+// `dir`: a case folder (config.json, weights, expected.json).
+inline EngineWorkload load_engine_workload(const std::filesystem::path& dir) {
+  EngineWorkload w;
+  w.model = load_model(dir.string());
+  const nlohmann::json expected = read_json(dir / "expected.json");
+  for (const nlohmann::json& seq : expected.at("sequences")) {
+    auto ids = seq.at("ids").get<std::vector<int32_t>>();
+    if (ids.size() > w.ids.size()) w.ids = std::move(ids);
+  }
+  return w;
+}
+
+// The logits of every position of `ids`, from one prefill_all_logits call on `engine`.
+inline std::vector<float> prefill_logits(Engine& engine, std::span<const int32_t> ids) {
+  std::vector<float> out;
+  engine.prefill_all_logits(ids, out);
+  return out;
+}
+
+// The fixture of one engine's own tests (EngineT: CpuEngine, CpuHybridEngine) on one case. A test
+// suite derives from it and loads its case in SetUpTestSuite: w_ = load_engine_workload(dir).
+template <class EngineT>
+class EngineWorkloadTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { w_ = {}; }
+
+  std::span<const float> row(const std::vector<float>& all, size_t pos) const { return w_.row(all, pos); }
+  EngineT engine(int threads = 2, int context = 256) const {
+    return EngineT(w_.model, {.context = context, .threads = threads});
+  }
+  // Logits of every position of ids_, from one prefill.
+  std::vector<float> whole_prefill() const {
+    EngineT e = engine();
+    return prefill_logits(e, w_.ids);
+  }
+
+  static inline EngineWorkload w_;
+  const std::shared_ptr<const Model>& model_ = w_.model;
+  const std::vector<int32_t>& ids_ = w_.ids;
+};
 
 }  // namespace megaqwen::test
