@@ -19,9 +19,7 @@
 #include "megaqwen/cuda/gpu_probe.h"
 #endif
 
-#ifndef MEGAQWEN_GIT_COMMIT
-#define MEGAQWEN_GIT_COMMIT "unknown"
-#endif
+#include "build_info.h"  // MEGAQWEN_GIT_COMMIT, generated at build time
 
 namespace megaqwen::cli {
 
