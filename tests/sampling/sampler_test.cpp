@@ -95,6 +95,52 @@ TEST(Sampler, MinPDropsTokensBelowAFractionOfTheTop) {
   EXPECT_GT(h[2], 0);
 }
 
+// distribution() is what sample() draws from: hand-computed for a case with every stage on, and
+// matched by the frequencies of sample() with the same parameters.
+TEST(Sampler, DistributionIsWhatSampleDrawsFrom) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 3.0f, -1.0f, 0.9f};
+  const std::vector<int32_t> history = {3, 3, 5};
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.top_k = 4;
+  p.top_p = 0.97f;
+  p.min_p = 0.01f;
+  p.repetition_penalty = 1.5f;  // id 3: 3 / 1.5 = 2; id 5: 0.9 / 1.5 = 0.6
+  p.presence_penalty = 0.1f;    // id 3: 2 - 0.1 - 0.2 * 2 = 1.5; id 5: 0.6 - 0.1 - 0.2 = 0.3
+  p.frequency_penalty = 0.2f;
+  // After penalties: {2, 1, 0.5, 1.5, -1, 0.3}; top 4: ids 0 (2), 3 (1.5), 1 (1), 2 (0.5); / T = 4, 3, 2, 1.
+  double e[4] = {1.0, std::exp(-1.0), std::exp(-2.0), std::exp(-3.0)}, z = e[0] + e[1] + e[2] + e[3];
+  // Cumulative mass: 0.644, 0.881, 0.968, 1: top_p 0.97 keeps all four; min_p 0.01 x 0.644 keeps all.
+  Sampler s(p);
+  std::vector<float> l = logits;
+  const auto d = s.distribution(l, history);
+  ASSERT_EQ(d.size(), 4u);
+  const int32_t ids[4] = {0, 3, 1, 2};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(d[size_t(i)].id, ids[i]);
+    EXPECT_NEAR(d[size_t(i)].prob, e[i] / z, 1e-6);
+  }
+  p.top_p = 0.95f;  // now the prefix of three reaches it: renormalized over three
+  Sampler s3(p);
+  l = logits;
+  const auto d3 = s3.distribution(l, history);
+  ASSERT_EQ(d3.size(), 3u);
+  EXPECT_NEAR(d3[0].prob, e[0] / (e[0] + e[1] + e[2]), 1e-6);
+  // 40,000 draws: standard error below 0.0025 per id, 0.01 is a 4-sigma bound.
+  const int draws = 40000;
+  auto h = histogram(p, logits, draws, history);
+  for (const auto& c : d3) EXPECT_NEAR(double(h[c.id]) / draws, c.prob, 0.01) << "id " << c.id;
+  EXPECT_EQ(h.count(2) + h.count(4) + h.count(5), 0u);
+  // Greedy: the argmax after penalties, alone.
+  p.temperature = 0;
+  Sampler g(p);
+  l = logits;
+  const auto dg = g.distribution(l, history);
+  ASSERT_EQ(dg.size(), 1u);
+  EXPECT_EQ(dg[0].id, 0);
+  EXPECT_EQ(dg[0].prob, 1.0);
+}
+
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   SamplingParams p;
   p.temperature = 0;

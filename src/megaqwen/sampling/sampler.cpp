@@ -93,7 +93,7 @@ double Sampler::next_uniform() {
   return double(result >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+size_t Sampler::filter(std::span<float> logits, std::span<const int32_t> history) {
   const size_t V = logits.size();
   const SamplingParams& p = params_;
 
@@ -109,7 +109,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       l -= p.presence_penalty + p.frequency_penalty * float(counts_[id]);
     }
   }
-  if (p.greedy()) return argmax(logits);
+  if (p.greedy()) return 0;
 
   for (float& l : logits) l /= p.temperature;
 
@@ -129,37 +129,52 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 
   // Softmax over the kept candidates (fp64 for the sums).
   const float top = logits[size_t(order_[0])];
-  std::vector<double> probs(keep);
+  probs_.resize(keep);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += (probs[i] = std::exp(double(logits[size_t(order_[i])] - top)));
-  for (double& q : probs) q /= total;
+  for (size_t i = 0; i < keep; ++i) total += (probs_[i] = std::exp(double(logits[size_t(order_[i])] - top)));
+  for (double& q : probs_) q /= total;
 
   // top-p: the smallest prefix whose mass reaches top_p (always at least one token).
   if (p.top_p < 1.0f) {
     double mass = 0;
     size_t n = 0;
     while (n < keep) {
-      mass += probs[n++];
+      mass += probs_[n++];
       if (mass >= double(p.top_p)) break;
     }
     keep = n;
   }
   // min-p: drop tokens below min_p times the top probability.
   if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * probs[0];
+    const double floor = double(p.min_p) * probs_[0];
     size_t n = 1;
-    while (n < keep && probs[n] >= floor) ++n;
+    while (n < keep && probs_[n] >= floor) ++n;
     keep = n;
   }
+  return keep;
+}
 
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  const size_t keep = filter(logits, history);
+  if (keep == 0) return argmax(logits);
   double mass = 0;
-  for (size_t i = 0; i < keep; ++i) mass += probs[i];
+  for (size_t i = 0; i < keep; ++i) mass += probs_[i];
   double r = next_uniform() * mass;
   for (size_t i = 0; i < keep; ++i) {
-    r -= probs[i];
+    r -= probs_[i];
     if (r < 0) return order_[i];
   }
   return order_[keep - 1];
+}
+
+std::vector<Sampler::Candidate> Sampler::distribution(std::span<float> logits, std::span<const int32_t> history) {
+  const size_t keep = filter(logits, history);
+  if (keep == 0) return {{argmax(logits), 1.0}};
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += probs_[i];
+  std::vector<Candidate> out(keep);
+  for (size_t i = 0; i < keep; ++i) out[i] = {order_[i], probs_[i] / mass};
+  return out;
 }
 
 }  // namespace megaqwen

@@ -43,13 +43,28 @@ class Sampler {
   // penalties look at (prompt and generated, as transformers does for the repetition penalty).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // The distribution sample() draws from, without drawing (the generator state is untouched): the
+  // kept candidates, most likely first, with probabilities summing to 1 (greedy: the argmax alone).
+  // For tests of other samplers (the GPU ones) against this reference.
+  struct Candidate {
+    int32_t id;
+    double prob;
+  };
+  std::vector<Candidate> distribution(std::span<float> logits, std::span<const int32_t> history);
+
  private:
+  // Penalties, then (not greedy) temperature, the sorted candidates and the filters: order_[0, keep)
+  // with probs_[i] (normalized over the top-k set, before the top-p / min-p cuts). Returns keep, or 0
+  // for greedy (the answer is then argmax(logits)).
+  size_t filter(std::span<float> logits, std::span<const int32_t> history);
+
   double next_uniform();  // [0, 1), from the seeded generator
 
   SamplingParams params_;
   uint64_t state_[4];
   std::vector<int32_t> order_;  // scratch: candidate ids
   std::vector<int32_t> counts_; // scratch: occurrences per id
+  std::vector<double> probs_;   // scratch: candidate probabilities
 };
 
 // Index of the largest value, lowest index on ties.
