@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -70,14 +72,14 @@ struct MkRun {
   std::vector<float> logits;  // [n, V]
 };
 MkRun run_megakernel(cuda::CudaEngine& gpu, int32_t first, int n, const SamplingParams& params = greedy_params(),
-                     uint64_t step = 0) {
+                     const std::vector<int32_t>& history = {}) {
   const size_t V = size_t(gpu.config().vocab_size);
   auto logits = test::poisoned_f32(size_t(n) * V);
   // The poison is a cudaMemset on the legacy stream, which the engine's non-blocking stream does not
   // wait for: let it land before the kernel writes the logits.
   CUDA_CHECK(cudaDeviceSynchronize());
   MkRun r;
-  const int drawn = gpu.megakernel_generate(first, n, {}, params, step, [&](int32_t id) {
+  const int drawn = gpu.megakernel_generate(first, n, {}, params, history, [&](int32_t id) {
     r.tokens.push_back(id);
     return true;
   }, logits.data());
@@ -115,22 +117,49 @@ double compare_teacher_forced(E& other, int32_t first, const MkRun& mk, size_t V
   return worst;
 }
 
+// The LM head's token selection alone (mk::launch_select_test) with its scratch, over device logits.
+struct Selector {
+  int ctas, V;
+  cuda::DeviceBuffer<float> best_v, sel_vals, cand_v;
+  cuda::DeviceBuffer<int32_t> best_i, cand_i, cand_n, out;
+  cuda::DeviceBuffer<uint32_t> ticket;
+  Selector(int ctas_, int V_)
+      : ctas(ctas_), V(V_), best_v(size_t(ctas_)), sel_vals(size_t(V_)), cand_v(size_t(ctas_) * cuda::mk::kMaxTopK),
+        best_i(size_t(ctas_)), cand_i(size_t(ctas_) * cuda::mk::kMaxTopK), cand_n(size_t(ctas_)), out(1), ticket(1) {}
+  // One draw with `a`'s rule (its scratch fields are filled in here).
+  int32_t select(cuda::mk::SelectTestArgs a) {
+    a.V = V;
+    a.best_v = best_v.data();
+    a.best_i = best_i.data();
+    a.sel_vals = sel_vals.data();
+    a.cand_v = cand_v.data();
+    a.cand_i = cand_i.data();
+    a.cand_n = cand_n.data();
+    a.ticket = ticket.data();
+    a.out = out.data();
+    CUDA_CHECK(cudaMemset(ticket.data(), 0, 4));
+    CUDA_CHECK(cudaMemset(out.data(), 0xff, 4));  // -1: a selection that writes nothing shows
+    cuda::mk::launch_select_test(a, ctas, nullptr);
+    int32_t id = -2;
+    CUDA_CHECK(cudaMemcpy(&id, out.data(), sizeof id, cudaMemcpyDeviceToHost));  // legacy stream: waits
+    return id;
+  }
+};
+
+cuda::mk::SelectTestArgs greedy_select(const float* logits) {
+  cuda::mk::SelectTestArgs a;
+  a.logits = logits;
+  return a;
+}
+
 TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
   MQ_REQUIRE_GPU();
   for (int V : {1000, 151936}) {
     const auto base = test::random_floats(size_t(V), uint64_t(V) + 5, -10, 10);
     auto d = test::upload(base);
     for (int ctas : {1, 7, 132}) {
-      cuda::DeviceBuffer<float> bv(static_cast<size_t>(ctas));
-      cuda::DeviceBuffer<int32_t> bi(static_cast<size_t>(ctas)), out(1);
-      cuda::DeviceBuffer<uint32_t> ticket(1);
-      auto select = [&]() {
-        CUDA_CHECK(cudaMemset(ticket.data(), 0, 4));
-        CUDA_CHECK(cudaMemset(out.data(), 0xff, 4));
-        cuda::mk::launch_select_test(d.data(), V, 1.0f, false, 0, 0, ctas, bv.data(), bi.data(), ticket.data(), out.data(),
-                                     nullptr);
-        return test::download(out)[0];
-      };
+      Selector sel(ctas, V);
+      auto select = [&]() { return sel.select(greedy_select(d.data())); };
       EXPECT_EQ(select(), argmax(base)) << "V " << V << " ctas " << ctas;
       const int per = (V + ctas - 1) / ctas;
       std::vector<int> spots = {0, V - 1};
@@ -156,36 +185,182 @@ TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
   }
 }
 
-// Gumbel-max draws (keyed by step) against the CPU Sampler's distribution softmax(l / T).
-TEST(Megakernel, GumbelDrawsFollowTheSamplerDistribution) {
+// The CPU Sampler's distribution for these logits and parameters, as probabilities per id.
+std::vector<double> sampler_probabilities(const std::vector<float>& logits, const SamplingParams& p,
+                                          const std::vector<int32_t>& history) {
+  Sampler s(p);
+  std::vector<float> l = logits;
+  std::vector<double> out(logits.size(), 0.0);
+  for (const auto& c : s.distribution(l, history)) out[size_t(c.id)] = c.prob;
+  return out;
+}
+
+cuda::mk::SelectTestArgs select_args(const float* logits, const SamplingParams& p, const int32_t* counts, uint64_t step) {
+  cuda::mk::SelectTestArgs a;
+  a.logits = logits;
+  const bool top_k_on = !p.greedy() && p.top_k > 0;
+  a.temperature = p.greedy() ? 1.0f : p.temperature;
+  a.gumbel = !p.greedy() && !top_k_on;
+  a.top_k = top_k_on ? p.top_k : 0;
+  a.top_p = p.top_p;
+  a.min_p = p.min_p;
+  a.seed = p.seed;
+  a.step = step;
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  a.counts = penalties ? counts : nullptr;
+  a.repetition_penalty = p.repetition_penalty;
+  a.presence_penalty = p.presence_penalty;
+  a.frequency_penalty = p.frequency_penalty;
+  return a;
+}
+
+// Draw frequencies of the kernel's selection (Gumbel-max, and the filtered top-k / top-p / min-p path,
+// with and without penalties) against the CPU Sampler's probabilities. 20,000 draws: a probability's
+// standard error is sqrt(p(1-p)/20000) <= 0.0036; the bound is 5 of them + 1e-3, and ids the Sampler
+// filters out must never be drawn. V = 40 over 5 CTAs (8 ids each: top_k 20 exceeds a slice, so
+// the per-CTA lists are partial) and over 1 CTA.
+TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
   MQ_REQUIRE_GPU();
-  const int V = 12, draws = 20000, ctas = 5;
-  const float T = 0.8f;
-  const std::vector<float> logits = {1.0f, 0.5f, -0.3f, 2.0f, 1.9f, -1.0f, 0.0f, 0.7f, -2.0f, 1.2f, 0.1f, -0.5f};
-  std::vector<double> p(static_cast<size_t>(V));
-  double z = 0;
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  for (int i = 0; i < V; ++i) z += p[size_t(i)] = std::exp(double(logits[size_t(i)] - mx) / T);
-  for (double& x : p) x /= z;
+  const int V = 40, draws = 20000;
+  const auto logits = test::random_floats(size_t(V), 5, -2, 2);
+  const std::vector<int32_t> history = {3, 3, 7, 11, 11, 11, 39};
+  std::vector<int32_t> counts(size_t(V), 0);
+  for (int32_t id : history) ++counts[size_t(id)];
   auto d = test::upload(logits);
-  cuda::DeviceBuffer<float> bv(static_cast<size_t>(ctas));
-  cuda::DeviceBuffer<int32_t> bi(static_cast<size_t>(ctas)), out(static_cast<size_t>(draws));
-  cuda::DeviceBuffer<uint32_t> ticket(static_cast<size_t>(draws));
-  CUDA_CHECK(cudaMemset(ticket.data(), 0, ticket.bytes()));
-  for (int s = 0; s < draws; ++s)
-    cuda::mk::launch_select_test(d.data(), V, T, true, 1234, uint64_t(s), ctas, bv.data(), bi.data(), ticket.data() + s,
-                                 out.data() + s, nullptr);
-  const auto got = test::download(out);
-  std::vector<int> count(static_cast<size_t>(V));
-  for (int id : got) {
-    ASSERT_GE(id, 0);
-    ASSERT_LT(id, V);
-    ++count[size_t(id)];
+  auto dc = test::upload(counts);
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p, repetition, presence, frequency;
+  };
+  const Case cases[] = {{0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},  {1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+                        {0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f}, {1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f},
+                        {0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f}, {1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f},
+                        {1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},  {0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f}};
+  for (int ctas : {5, 1}) {
+    Selector sel(ctas, V);
+    for (const Case& c : cases) {
+      SamplingParams p;
+      p.temperature = c.temperature;
+      p.top_k = c.top_k;
+      p.top_p = c.top_p;
+      p.min_p = c.min_p;
+      p.repetition_penalty = c.repetition;
+      p.presence_penalty = c.presence;
+      p.frequency_penalty = c.frequency;
+      p.seed = 1234;
+      const auto want = sampler_probabilities(logits, p, history);
+      std::vector<double> freq(size_t(V), 0.0);
+      for (int s = 0; s < draws; ++s) {
+        const int32_t id = sel.select(select_args(d.data(), p, dc.data(), uint64_t(s)));
+        ASSERT_GE(id, 0) << "step " << s;
+        ASSERT_LT(id, V);
+        freq[size_t(id)] += 1.0 / draws;
+      }
+      for (int i = 0; i < V; ++i) {
+        const double sd = std::sqrt(want[size_t(i)] * (1 - want[size_t(i)]) / draws);
+        EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 5 * sd + 1e-3)
+            << "id " << i << ", ctas " << ctas << ", T " << c.temperature << " k " << c.top_k << " p " << c.top_p
+            << " min_p " << c.min_p << " penalties " << c.repetition << "/" << c.presence << "/" << c.frequency;
+        if (want[size_t(i)] == 0.0) {
+          EXPECT_EQ(freq[size_t(i)], 0.0) << "id " << i << " is filtered out but was drawn";
+        }
+      }
+    }
   }
-  for (int i = 0; i < V; ++i) {
-    const double f = double(count[size_t(i)]) / draws, sd = std::sqrt(p[size_t(i)] * (1 - p[size_t(i)]) / draws);
-    EXPECT_NEAR(f, p[size_t(i)], 5 * sd + 1e-3) << "id " << i;
+}
+
+// The filtered path finds exactly the top k of the full vocabulary wherever the winners sit: all of
+// them in one CTA's slice, on slice edges, at both ends, tied across CTA boundaries (lowest ids win).
+// With top_p tiny the draw is the best candidate; with top_k = k and a planted top k of equal
+// values the draws (uniform over them) must cover exactly the planted ids.
+TEST(Megakernel, FilteredSelectionFindsTheTopKAcrossCtaSlices) {
+  MQ_REQUIRE_GPU();
+  const int V = 151936, ctas = 132, per = (V + ctas - 1) / ctas;
+  const auto base = test::random_floats(size_t(V), 77, -8, 8);
+  auto d = test::upload(base);
+  Selector sel(ctas, V);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.seed = 3;
+  auto set_at = [&](int i, float v) { CUDA_CHECK(cudaMemcpy(d.data() + i, &v, 4, cudaMemcpyHostToDevice)); };
+  // Unplanted: top_k 1 and a tiny top_p are the argmax; top_k 20 stays inside the true top 20.
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return base[size_t(a)] > base[size_t(b)]; });
+  for (uint64_t step = 0; step < 30; ++step) {
+    p.top_k = 1;
+    p.top_p = 1.0f;
+    EXPECT_EQ(sel.select(select_args(d.data(), p, nullptr, step)), order[0]);
+    p.top_k = 64;
+    p.top_p = 1e-6f;
+    EXPECT_EQ(sel.select(select_args(d.data(), p, nullptr, step)), order[0]);
+    p.top_k = 20;
+    p.top_p = 1.0f;
+    const int32_t id = sel.select(select_args(d.data(), p, nullptr, step));
+    EXPECT_TRUE(std::find(order.begin(), order.begin() + 20, id) != order.begin() + 20) << id;
   }
+  // Planted: k ids with value 50 (equal: the draw is uniform over them).
+  const int k = 16;
+  std::vector<std::vector<int>> layouts;
+  layouts.push_back({});
+  for (int i = 0; i < k; ++i) layouts.back().push_back(5 * per + 3 + i);  // all in CTA 5
+  layouts.push_back({0, V - 1});
+  for (int b = 1; layouts.back().size() < size_t(k); b += 9) {  // slice edges
+    layouts.back().push_back(b * per - 1);
+    layouts.back().push_back(b * per);
+  }
+  for (const auto& planted : layouts) {
+    for (int i : planted) set_at(i, 50.0f);
+    p.top_k = k;
+    p.top_p = 1.0f;
+    p.temperature = 1.0f;
+    std::set<int32_t> seen;
+    for (uint64_t step = 0; step < 400; ++step) {
+      const int32_t id = sel.select(select_args(d.data(), p, nullptr, step));
+      ASSERT_TRUE(std::find(planted.begin(), planted.end(), id) != planted.end()) << "drew " << id << " outside the planted top k";
+      seen.insert(id);
+    }
+    EXPECT_EQ(seen.size(), size_t(k)) << "uniform draws over 16 ids should reach each in 400 draws";
+    // top_k smaller than the tie: the lowest ids of the tie.
+    p.top_k = 4;
+    std::vector<int> sorted = planted;
+    std::sort(sorted.begin(), sorted.end());
+    std::set<int32_t> low;
+    for (uint64_t step = 0; step < 200; ++step) low.insert(sel.select(select_args(d.data(), p, nullptr, step)));
+    EXPECT_EQ(low, std::set<int32_t>(sorted.begin(), sorted.begin() + 4)) << "ties must go to the lowest ids";
+    for (int i : planted) set_at(i, base[size_t(i)]);
+  }
+}
+
+// Greedy with penalties: the kernel's transform is the CPU Sampler's, so the choice is the same.
+TEST(Megakernel, GreedyWithPenaltiesMatchesTheSampler) {
+  MQ_REQUIRE_GPU();
+  const int V = 151936;
+  const auto logits = test::random_floats(size_t(V), 21, -4, 4);
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  // The history repeats the top ids so the penalties change the winner.
+  const std::vector<int32_t> history = {order[0], order[0], order[1], order[2], order[2], order[2], 5, V - 1};
+  std::vector<int32_t> counts(size_t(V), 0);
+  for (int32_t id : history) ++counts[size_t(id)];
+  auto d = test::upload(logits);
+  auto dc = test::upload(counts);
+  Selector sel(132, V);
+  for (float rep : {1.0f, 1.5f, 0.7f})
+    for (float presence : {0.0f, 1.0f})
+      for (float frequency : {0.0f, 0.8f}) {
+        SamplingParams p;
+        p.temperature = 0;
+        p.repetition_penalty = rep;
+        p.presence_penalty = presence;
+        p.frequency_penalty = frequency;
+        Sampler cpu(p);
+        std::vector<float> l = logits;
+        EXPECT_EQ(sel.select(select_args(d.data(), p, dc.data(), 0)), cpu.sample(l, history))
+            << "repetition " << rep << " presence " << presence << " frequency " << frequency;
+      }
 }
 
 class MegakernelTiny : public ::testing::Test {
@@ -256,10 +431,20 @@ TEST_F(MegakernelTiny, RepeatedRunsAreBitIdentical) {
   s.temperature = 0.9f;
   s.seed = 5;
   mk.truncate(int(prompt.size()));
-  const MkRun c = run_megakernel(mk, 77, 64, s, 100);
+  const std::vector<int32_t> history(100, 7);  // keys the draws from step 100
+  const MkRun c = run_megakernel(mk, 77, 64, s, history);
   mk.truncate(int(prompt.size()));
-  const MkRun d = run_megakernel(mk, 77, 64, s, 100);
+  const MkRun d = run_megakernel(mk, 77, 64, s, history);
   EXPECT_EQ(c.tokens, d.tokens);
+  // Filtered sampling with penalties likewise.
+  s.top_k = 20;
+  s.top_p = 0.9f;
+  s.repetition_penalty = 1.2f;
+  mk.truncate(int(prompt.size()));
+  const MkRun e = run_megakernel(mk, 77, 64, s, history);
+  mk.truncate(int(prompt.size()));
+  const MkRun f = run_megakernel(mk, 77, 64, s, history);
+  EXPECT_EQ(e.tokens, f.tokens);
 }
 
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the
@@ -273,7 +458,7 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
   mk.prefill(prompt);
   perop.prefill(prompt);
   std::vector<int32_t> history = prompt;
-  const MkRun run = run_megakernel(mk, 500, 32, s, uint64_t(history.size()));
+  const MkRun run = run_megakernel(mk, 500, 32, s, history);
   int same = 0;
   for (size_t i = 0; i < run.tokens.size(); ++i) {
     perop.decode_only(i == 0 ? 500 : run.tokens[i - 1]);
@@ -281,6 +466,87 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
     same += perop.sample_on_device(s, history) == run.tokens[i];
   }
   EXPECT_GE(same, 30) << "draws keyed alike from nearly equal logits should agree";
+}
+
+// Filtered sampling (top-k with top-p / min-p) and the penalties in the kernel draw what the
+// per-operator device sampler draws from the same history and key: teacher-forced with the
+// megakernel's tokens, the per-op path samples each step from its own logits with the history the
+// kernel's counts stood for (the given history plus every earlier draw).
+TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
+  const auto prompt = random_ids(16, 16);
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p, repetition, presence, frequency;
+  };
+  const Case cases[] = {{0.6f, 20, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f},   // Qwen3 thinking defaults
+                        {0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f},    // non-thinking + presence
+                        {1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f},   // min-p, repetition, frequency
+                        {0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f},     // greedy with penalties
+                        {0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f}};    // Gumbel with a penalty
+  cuda::CudaEngine mk(model_, mk_options(1024)), perop(model_, perop_options(1024));
+  for (const Case& c : cases) {
+    SamplingParams s;
+    s.temperature = c.temperature;
+    s.top_k = c.top_k;
+    s.top_p = c.top_p;
+    s.min_p = c.min_p;
+    s.repetition_penalty = c.repetition;
+    s.presence_penalty = c.presence;
+    s.frequency_penalty = c.frequency;
+    s.seed = 99;
+    ASSERT_EQ(mk.megakernel_unsupported_reason(s), "");
+    mk.truncate(0);
+    perop.truncate(0);
+    mk.prefill(prompt);
+    perop.prefill(prompt);
+    std::vector<int32_t> history = prompt;
+    history.push_back(500);  // the fed token counts, as in Generator
+    const MkRun run = run_megakernel(mk, 500, 32, s, history);
+    int same = 0;
+    for (size_t i = 0; i < run.tokens.size(); ++i) {
+      perop.decode_only(i == 0 ? 500 : run.tokens[i - 1]);
+      if (i > 0) history.push_back(run.tokens[i - 1]);
+      same += perop.sample_on_device(s, history) == run.tokens[i];
+    }
+    EXPECT_GE(same, 30) << "T " << c.temperature << " k " << c.top_k << " p " << c.top_p << " min_p " << c.min_p
+                        << " penalties " << c.repetition << "/" << c.presence << "/" << c.frequency;
+  }
+  // What it does not serve exactly is refused (Generator then takes the per-operator path).
+  SamplingParams nucleus;
+  nucleus.temperature = 0.7f;
+  nucleus.top_p = 0.9f;  // no top-k
+  EXPECT_NE(mk.megakernel_unsupported_reason(nucleus), "");
+  EXPECT_FALSE(mk.generate_on_device(1, 4, {}, nucleus, prompt, [](int32_t) { return true; }).has_value());
+  nucleus.top_k = cuda::mk::kMaxTopK + 1;
+  EXPECT_NE(mk.megakernel_unsupported_reason(nucleus), "");
+}
+
+// Generator with Qwen3's sampling defaults (temperature 0.6, top-k 20, top-p 0.95) and a repetition
+// penalty runs on the megakernel and reproduces itself for a fixed seed.
+TEST_F(MegakernelTiny, GeneratorSamplesWithQwenDefaultsOnTheKernel) {
+  const auto prompt = random_ids(24, 17);
+  cuda::CudaEngine mk(model_, mk_options(1024)), perop(model_, perop_options(1024));
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_tokens = 48;
+  req.sampling.temperature = 0.6f;
+  req.sampling.top_k = 20;
+  req.sampling.top_p = 0.95f;
+  req.sampling.repetition_penalty = 1.05f;
+  req.sampling.seed = 7;
+  Generator gm(mk), gp(perop);
+  const uint64_t launches = mk.megakernel()->launches();
+  const auto a = gm.run(req);
+  EXPECT_GT(mk.megakernel()->launches(), launches) << "the megakernel did not run";
+  ASSERT_EQ(a.tokens.size(), 48u);
+  gm.reset();
+  const auto b = gm.run(req);
+  EXPECT_EQ(a.tokens, b.tokens);
+  const auto c = gp.run(req);
+  int prefix = 0;
+  while (prefix < 48 && a.tokens[size_t(prefix)] == c.tokens[size_t(prefix)]) ++prefix;
+  EXPECT_GE(prefix, 24) << "sampled runs of the two paths (same keys) diverge early";
 }
 
 TEST_F(MegakernelTiny, GeneratorStreamsStopsAndCancels) {

@@ -51,7 +51,8 @@ class ScriptedEngine final : public Engine {
   bool device_runs = false;
   int device_calls = 0;
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                        const SamplingParams& params, uint64_t, const std::function<bool(int32_t)>& on_token) override {
+                                        const SamplingParams& params, std::span<const int32_t>,
+                                        const std::function<bool(int32_t)>& on_token) override {
     if (!device_runs || !params.greedy()) return std::nullopt;
     ++device_calls;
     if (max_tokens < 1 || position_ + max_tokens > context_) fail("run of {} past the context", max_tokens);

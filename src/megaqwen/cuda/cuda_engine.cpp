@@ -402,25 +402,33 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
   return host_token_.data()[0];
 }
 
-// Whole runs of decode steps in the megakernel: greedy, or plain temperature sampling as
-// argmax(l / T + Gumbel) with the same keys as sample_on_device (so the same logits give the same
-// token on both paths). Penalties and filters need the per-operator path's sampling kernels.
+// Whole runs of decode steps in the megakernel, drawing as sample_on_device would from the same
+// logits: the same transform (penalties, temperature), Gumbel-max keys for plain sampling, and the
+// filtered sampler's arithmetic and key for top-k (+ top-p / min-p). What it cannot serve exactly
+// (top-p / min-p without a top-k in 1..kMaxTopK) stays on the per-operator path.
+std::string CudaEngine::megakernel_unsupported_reason(const SamplingParams& params) const {
+  if (!megakernel_) return decode_note_;
+  params.validate();
+  if (params.greedy()) return {};
+  const int V = model_->config.vocab_size;
+  const bool top_k_on = params.top_k > 0 && params.top_k < V;
+  const bool filtered = top_k_on || params.top_p < 1.0f || params.min_p > 0.0f;
+  if (!filtered) return {};
+  if (!top_k_on) return "top-p / min-p without a top-k need the whole sorted vocabulary (per-operator sampler)";
+  return megakernel_->filter_unsupported_reason(params.top_k);
+}
+
 std::optional<int> CudaEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                                  const SamplingParams& params, uint64_t step,
+                                                  const SamplingParams& params, std::span<const int32_t> history,
                                                   const std::function<bool(int32_t)>& on_token) {
   if (!megakernel_) return std::nullopt;
-  params.validate();
-  const int V = model_->config.vocab_size;
-  const bool penalties =
-      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
-  const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
-  if ((!params.greedy() && (penalties || filtered)) || (params.greedy() && penalties)) return std::nullopt;
+  if (!megakernel_unsupported_reason(params).empty()) return std::nullopt;
   if (eos_ids.size() > size_t(mk::kMaxEos)) return std::nullopt;
-  return megakernel_generate(token, max_tokens, eos_ids, params, step, on_token, nullptr);
+  return megakernel_generate(token, max_tokens, eos_ids, params, history, on_token, nullptr);
 }
 
 int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                    const SamplingParams& params, uint64_t step,
+                                    const SamplingParams& params, std::span<const int32_t> history,
                                     const std::function<bool(int32_t)>& on_token, float* logits_out) {
   if (!megakernel_) fail("the megakernel is not in use: {}", decode_note_);
   check_new_tokens(std::span<const int32_t>(&token, 1));
@@ -430,10 +438,23 @@ int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<con
   req.token = token;
   req.max_tokens = max_tokens;
   req.eos_ids = eos_ids;
-  req.gumbel = !params.greedy();
+  {
+    const std::string why = megakernel_unsupported_reason(params);
+    if (!why.empty()) fail("the megakernel cannot sample with these parameters: {}", why);
+  }
+  const int V = model_->config.vocab_size;
+  const bool top_k_on = !params.greedy() && params.top_k > 0 && params.top_k < V;
+  req.gumbel = !params.greedy() && !top_k_on;
+  req.top_k = top_k_on ? params.top_k : 0;
+  req.top_p = params.top_p;
+  req.min_p = params.min_p;
   req.temperature = params.greedy() ? 1.0f : params.temperature;
   req.seed = params.seed;
-  req.step = step;
+  req.step = uint64_t(history.size());
+  req.repetition_penalty = params.repetition_penalty;
+  req.presence_penalty = params.presence_penalty;
+  req.frequency_penalty = params.frequency_penalty;
+  req.history = history;
   req.logits_out = logits_out;
   // Every on_token call stands for one appended token (the one fed before that draw), also when the
   // callback throws (the runner stops the kernel first): keep position_ equal to what was delivered.

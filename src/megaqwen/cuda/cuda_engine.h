@@ -72,15 +72,19 @@ class CudaEngine final : public Engine {
 
   std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
   void decode_only(int32_t token) override;
-  // The megakernel path (when chosen): greedy and plain temperature sampling (Gumbel-max); penalties
-  // and top-k / top-p / min-p return nullopt (the per-operator path serves them).
+  // The megakernel path (when chosen): greedy, temperature sampling (Gumbel-max), top-k up to
+  // mk::kMaxTopK with top-p / min-p, and the penalties with any of them. top-p or min-p without a
+  // top-k (or a larger top_k) returns nullopt: the per-operator path's sampler serves it.
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                        const SamplingParams& params, uint64_t step,
+                                        const SamplingParams& params, std::span<const int32_t> history,
                                         const std::function<bool(int32_t)>& on_token) override;
+  // Why generate_on_device would return nullopt for these params (empty: it would run them).
+  std::string megakernel_unsupported_reason(const SamplingParams& params) const;
   // As generate_on_device, for tests: also writes each step's raw logits to device memory
   // logits_out [max_tokens, V] (null: not written); fails if the megakernel is not in use.
   int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
-                          uint64_t step, const std::function<bool(int32_t)>& on_token, float* logits_out);
+                          std::span<const int32_t> history, const std::function<bool(int32_t)>& on_token,
+                          float* logits_out);
   bool uses_megakernel() const { return megakernel_ != nullptr; }
   const std::string& decode_kernel_note() const { return decode_note_; }  // what decodes, or why not the megakernel
   const mk::Megakernel* megakernel() const { return megakernel_.get(); }

@@ -84,7 +84,7 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
       // An engine that runs whole stretches of steps on its device (the CUDA megakernel) is timed that
       // way: n greedy steps in one call, as Generator runs them (tokens stream back as they appear).
       const std::optional<int> run =
-          engine.generate_on_device(ids[1], n, {}, greedy, 0, [](int32_t) { return true; });
+          engine.generate_on_device(ids[1], n, {}, greedy, no_history, [](int32_t) { return true; });
       if (run && *run != n) fail("the device run drew {} tokens instead of {}", *run, n);
       for (int i = 1; i <= n && !run; ++i) {
         if (device_sampling) {

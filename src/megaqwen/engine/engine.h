@@ -58,17 +58,19 @@ class Engine {
   // with sample_on_device(). Engines without device sampling just decode.
   virtual void decode_only(int32_t token) { decode(token); }
   // Optional: many decode steps in one go on the device (the CUDA megakernel). Appends `token`, draws
-  // the next token from its logits with `params` (keyed by `step`, then step + 1, ...: the history
-  // length, as for sample_on_device), hands it to on_token as soon as it exists, appends it and goes
-  // on, until on_token returns false, a drawn token is in `eos_ids`, or `max_tokens` were drawn. The
+  // the next token from its logits with `params` as sample_on_device would with `history` (the tokens
+  // the penalties count, `token` included; its length keys the first draw, step + 1 the next, ...),
+  // hands it to on_token as soon as it exists, appends it and goes on (each drawn token joins the
+  // history), until on_token returns false, a drawn token is in `eos_ids`, or `max_tokens` were drawn.
+  // `history` is read before the first on_token call (the caller may grow it from the callback). The
   // last drawn token is never appended (as Generator never decodes a token it will not sample after).
   // The caller keeps the run inside the context (position() + max_tokens <= context_size()).
   // Returns the number of tokens drawn (position() grew by exactly that), or nullopt when this engine
   // or these params have no such path (nothing was done: use decode_only + sample_on_device).
   virtual std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                                const SamplingParams& params, uint64_t step,
+                                                const SamplingParams& params, std::span<const int32_t> history,
                                                 const std::function<bool(int32_t)>& on_token) {
-    (void)token, (void)max_tokens, (void)eos_ids, (void)params, (void)step, (void)on_token;
+    (void)token, (void)max_tokens, (void)eos_ids, (void)params, (void)history, (void)on_token;
     return std::nullopt;
   }
 

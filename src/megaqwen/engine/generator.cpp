@@ -150,7 +150,7 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       const int room = engine_.context_size() - engine_.position();
       int32_t fed = token;
       const std::optional<int> drawn = engine_.generate_on_device(
-          token, std::min(req.max_tokens - produced, room), req.eos_ids, req.sampling, uint64_t(history.size()),
+          token, std::min(req.max_tokens - produced, room), req.eos_ids, req.sampling, history,
           [&](int32_t next) {
             cached_.push_back(fed);  // the engine appended the previous token before drawing this one
             fed = next;

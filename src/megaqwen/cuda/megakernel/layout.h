@@ -45,6 +45,22 @@ constexpr int kMinAttnChunk = 64;      // positions: fewer per split would only 
 constexpr int kMaxEos = 8;             // eos ids the kernel checks itself
 constexpr int kCounterStride = 32;     // uint32 words between counters (128 bytes: no false sharing)
 constexpr int kLaunchTokenCap = 4096;  // tokens one launch may draw (mailbox size); the runner relaunches
+constexpr int kMaxTopK = 64;           // filtered sampling in the kernel: top_k in 1..kMaxTopK (else per-op)
+constexpr int kSelPerThread = 20;      // keys per thread of the top-k selection: a CTA's vocabulary slice
+                                       // and ctas x top_k candidates must each be <= kThreads x this
+
+// ---- attention work split ----
+// Splits per kv head for `ctas` CTAs: one (kv head, split) item per CTA.
+MEGAQWEN_MK_HD constexpr int attention_splits(int ctas, int kv_heads) {
+  const int s = ctas / kv_heads;
+  return s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s;
+}
+// Positions per split for n = position + 1 cached rows: at least kMinAttnChunk, a multiple of 8.
+// Split s covers [s * chunk, min(n, (s + 1) * chunk)); ceil(n / chunk) <= splits are non-empty.
+MEGAQWEN_MK_HD constexpr int attention_chunk(int n, int splits) {
+  const int per = (n + splits - 1) / splits;
+  return ((per > kMinAttnChunk ? per : kMinAttnChunk) + 7) & ~7;
+}
 
 // ---- stages (timing slots, schedule) ----
 enum class Stage : int { Qkv = 0, Attention, OProj, Mlp, Down, LmHead, Select, Count };
@@ -145,10 +161,45 @@ struct Params {
   int32_t eos[kMaxEos];
   float eps;
   float attn_scale_log2;  // log2(e) / sqrt(D)
-  // Token selection: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id)).
+  // Token selection (select.cuh). Every mode first applies the penalties (counts != null) and the
+  // temperature to the raw logit, as the CPU Sampler. Then either
+  //   top_k == 0: argmax: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id));
+  //   top_k  > 0: the top top_k values, softmax over them, top_p / min_p cuts, one draw keyed by
+  //               (seed, step0 + t), as the per-operator path's filtered sampler.
   float temperature;
   int gumbel;
   uint64_t seed, step0;
+  int32_t* counts;    // [V] occurrences of each id in the history; the selecting CTA adds each drawn
+                      // token. Null: no penalties.
+  float repetition_penalty, presence_penalty, frequency_penalty;
+  int top_k;          // 0 or 1..kMaxTopK (<= vocab)
+  float top_p, min_p;
+  float* sel_vals;    // [V]           top_k > 0: the transformed logits of the step
+  float* cand_v;      // [ctas, top_k] each CTA's top candidates (id order) ...
+  int32_t* cand_i;    //               ... and their ids
+  int32_t* cand_n;    // [ctas]        how many each CTA has (min(top_k, its rows))
+};
+
+// The token selection alone (select_test_kernel, for tests): the inputs a step's LM head would have.
+struct SelectTestArgs {
+  const float* logits = nullptr;  // [V] raw logits
+  int V = 0;
+  float temperature = 1.0f;
+  bool gumbel = false;
+  uint64_t seed = 0, step = 0;
+  const int32_t* counts = nullptr;  // [V] or null
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f;
+  // scratch and result
+  float* best_v = nullptr;
+  int32_t* best_i = nullptr;
+  float* sel_vals = nullptr;
+  float* cand_v = nullptr;
+  int32_t* cand_i = nullptr;
+  int32_t* cand_n = nullptr;
+  uint32_t* ticket = nullptr;
+  int32_t* out = nullptr;
 };
 
 }  // namespace megaqwen::cuda::mk

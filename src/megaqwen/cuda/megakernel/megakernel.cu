@@ -72,10 +72,8 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 
 bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
 
-void launch_select_test(const float* logits, int V, float temperature, bool gumbel, uint64_t seed, uint64_t step,
-                        int ctas, float* best_v, int32_t* best_i, uint32_t* ticket, int32_t* out, cudaStream_t stream) {
-  const SelectRule rule{temperature, gumbel ? 1 : 0, seed, step};
-  select_test_kernel<<<ctas, kThreads, 0, stream>>>(logits, V, rule, best_v, best_i, ticket, out);
+void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream) {
+  select_test_kernel<<<ctas, kThreads, 0, stream>>>(args);
   CUDA_CHECK_LAUNCH("select_test_kernel");
 }
 

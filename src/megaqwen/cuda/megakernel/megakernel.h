@@ -37,10 +37,11 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 // Whether this build has timing slots compiled in (-DMEGAQWEN_MK_TIMING=1).
 bool timing_compiled();
 
-// Tests: the LM head's two-level selection over given values: out[0] = argmax over id of
-// select_value(logits[id]) (lowest id on ties) with `ctas` CTAs; best_v / best_i [ctas] and the ticket
-// (one zeroed uint32) are scratch.
-void launch_select_test(const float* logits, int V, float temperature, bool gumbel, uint64_t seed, uint64_t step,
-                        int ctas, float* best_v, int32_t* best_i, uint32_t* ticket, int32_t* out, cudaStream_t stream);
+// Tests: the LM head's token selection alone over given logits (device pointers), with `ctas` CTAs
+// (each owns ceil(V / ctas) ids, as in the kernel). Argmax modes (top_k 0): greedy, or Gumbel-max
+// with gumbel; filtered mode (top_k 1..kMaxTopK): top-k / top-p / min-p draw. Penalties with counts.
+// Scratch: best_v / best_i / cand_n [ctas], cand_v / cand_i [ctas * top_k], sel_vals [V], ticket (one
+// uint32, zeroed before each call). out[0] = the id.
+void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream);
 
 }  // namespace megaqwen::cuda::mk

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/kernels.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda::mk {
@@ -57,7 +58,7 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
   ctas_ = prop.multiProcessorCount;
   if (ctas_ > per_sm * prop.multiProcessorCount)
     fail("megakernel: {} CTAs cannot be co-resident ({} per SM x {} SMs)", ctas_, per_sm, prop.multiProcessorCount);
-  splits_ = std::clamp(ctas_ / c.num_kv_heads, 1, kMaxSplits);
+  splits_ = attention_splits(ctas_, c.num_kv_heads);
   eps_ = float(c.rms_norm_eps);
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
@@ -154,6 +155,19 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
   return 2;
 }
 
+std::string Megakernel::filter_unsupported_reason(int top_k) const {
+  const int cap = kThreads * kSelPerThread;
+  if (top_k < 1 || top_k > kMaxTopK)
+    return "top_k " + std::to_string(top_k) + " is outside the kernel's 1.." + std::to_string(kMaxTopK);
+  if ((vocab_ + ctas_ - 1) / ctas_ > cap)
+    return "a CTA's vocabulary slice (" + std::to_string((vocab_ + ctas_ - 1) / ctas_) + " ids) exceeds the selection's " +
+           std::to_string(cap);
+  if (ctas_ * top_k > cap)
+    return std::to_string(ctas_) + " CTAs x top_k " + std::to_string(top_k) + " candidates exceed the selection's " +
+           std::to_string(cap);
+  return {};
+}
+
 std::string Megakernel::describe() const {
   return "megakernel " + std::string(info_.name) + ", " + std::to_string(ctas_) + " CTAs x " + std::to_string(kThreads) +
          " threads, " + std::to_string(info_.smem_bytes / 1024) + " KB shared memory (" + std::to_string(info_.stages) +
@@ -166,6 +180,36 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
   if (req.eos_ids.size() > size_t(kMaxEos)) fail("megakernel: at most {} eos ids", kMaxEos);
   if (pos < 0 || int64_t(pos) + req.max_tokens > context_)
     fail("megakernel: {} tokens from position {} do not fit the context ({})", req.max_tokens, pos, context_);
+  if (req.gumbel && req.top_k > 0) fail("megakernel: Gumbel-max and top-k selection are exclusive");
+  if ((req.gumbel || req.top_k > 0) && !(req.temperature > 0.0f)) fail("megakernel: sampling needs a temperature > 0");
+  if (req.top_k > 0) {
+    const std::string why = filter_unsupported_reason(req.top_k);
+    if (!why.empty()) fail("megakernel: {}", why);
+    if (req.top_k > vocab_) fail("megakernel: top_k {} exceeds the vocabulary ({})", req.top_k, vocab_);
+    if (sel_vals_.size() == 0) {
+      sel_vals_.resize(size_t(vocab_));
+      cand_v_.resize(size_t(ctas_) * kMaxTopK);
+      cand_i_.resize(size_t(ctas_) * kMaxTopK);
+      cand_n_.resize(size_t(ctas_));
+    }
+  }
+  const bool penalties = req.repetition_penalty != 1.0f || req.presence_penalty != 0.0f || req.frequency_penalty != 0.0f;
+  if (penalties) {
+    // The counts start from the history (once per run: a relaunch continues with the kernel's own
+    // increments, which cover every drawn token).
+    if (counts_.size() == 0) counts_.resize(size_t(vocab_));
+    CUDA_CHECK(cudaMemsetAsync(counts_.data(), 0, counts_.bytes(), stream_));
+    std::vector<int32_t> ids;
+    ids.reserve(req.history.size());
+    for (int32_t id : req.history)
+      if (id >= 0 && id < vocab_) ids.push_back(id);  // as the CPU Sampler: ids outside the vocabulary are skipped
+    if (!ids.empty()) {
+      if (history_.size() < ids.size()) history_.resize(std::max(ids.size(), size_t(4096)));
+      CUDA_CHECK(cudaMemcpyAsync(history_.data(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      count_tokens(history_.data(), int(ids.size()), counts_.data(), stream_);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // `ids` is pageable and goes away
+  }
   int delivered = 0;
   int32_t token = req.token;
   while (delivered < req.max_tokens) {
@@ -232,11 +276,24 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   for (size_t i = 0; i < req.eos_ids.size(); ++i) p.eos[i] = req.eos_ids[i];
   p.eps = eps_;
   p.attn_scale_log2 = scale_log2_;
-  p.temperature = req.gumbel ? req.temperature : 1.0f;
+  p.temperature = req.gumbel || req.top_k > 0 ? req.temperature : 1.0f;  // greedy: penalties only
   p.gumbel = req.gumbel ? 1 : 0;
   p.seed = req.seed;
   p.step0 = step;
+  const bool penalties = req.repetition_penalty != 1.0f || req.presence_penalty != 0.0f || req.frequency_penalty != 0.0f;
+  p.counts = penalties ? counts_.data() : nullptr;
+  p.repetition_penalty = req.repetition_penalty;
+  p.presence_penalty = req.presence_penalty;
+  p.frequency_penalty = req.frequency_penalty;
+  p.top_k = req.top_k;
+  p.top_p = req.top_p;
+  p.min_p = req.min_p;
+  p.sel_vals = sel_vals_.data();
+  p.cand_v = cand_v_.data();
+  p.cand_i = cand_i_.data();
+  p.cand_n = cand_n_.data();
   launch(shape_, p, ctas_, stream_);
+  ++launches_;
 
   // Poll the mailbox while the kernel runs; hand tokens over in order.
   int seen = 0;

@@ -24,9 +24,15 @@ struct RunRequest {
   int32_t token = 0;                    // fed first, at the position given to run()
   int max_tokens = 1;                   // draws at most this many (the caller keeps them within the context)
   std::span<const int32_t> eos_ids;     // a drawn token among these ends the run (at most kMaxEos)
-  float temperature = 1.0f;             // 1 and gumbel off: greedy
+  float temperature = 1.0f;             // 1, gumbel off and top_k 0: greedy
   bool gumbel = false;                  // argmax(l / T + Gumbel): a draw from softmax(l / T)
-  uint64_t seed = 0, step = 0;          // draw keys: (seed, step + i, id) for the i-th draw
+  int top_k = 0;                        // 1..kMaxTopK: filtered draw (top_p, min_p); gumbel must be off
+  float top_p = 1.0f, min_p = 0.0f;
+  uint64_t seed = 0, step = 0;          // draw keys: (seed, step + i, ...) for the i-th draw
+  // Penalties (any non-neutral value turns them on): occurrences counted over `history` (read before
+  // the first on_token call), plus every drawn token.
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::span<const int32_t> history;
   float* logits_out = nullptr;          // tests: device [max_tokens, V] raw logits of every step, or null
 };
 
@@ -34,6 +40,8 @@ class Megakernel {
  public:
   // Empty when the megakernel can run `config` on `device`; otherwise the reason, in one line.
   static std::string unsupported_reason(const ModelConfig& config, int device);
+  // Empty when the kernel's filtered selection serves top_k here; otherwise why not (one line).
+  std::string filter_unsupported_reason(int top_k) const;
 
   Megakernel(const ModelConfig& config, const CudaWeights& weights, uint16_t* k_cache, uint16_t* v_cache, int context,
              const float* inv_freq, int device, cudaStream_t stream);
@@ -48,6 +56,7 @@ class Megakernel {
   int run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token);
 
   int ctas() const { return ctas_; }
+  uint64_t launches() const { return launches_; }  // kernel launches so far
   std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
   // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
   std::string timing_report() const;
@@ -76,12 +85,16 @@ class Megakernel {
   DeviceBuffer<LayerWeights> layers_;
   DeviceBuffer<float> x_, xmid_, qkv_, attn_, act_, partial_o_, partial_ml_, best_v_;
   DeviceBuffer<int32_t> best_i_, tokens_;
+  DeviceBuffer<int32_t> counts_, history_;        // penalties (allocated on first use)
+  DeviceBuffer<float> sel_vals_, cand_v_;         // filtered selection (allocated on first use)
+  DeviceBuffer<int32_t> cand_i_, cand_n_;
   DeviceBuffer<uint32_t> counters_;
   DeviceBuffer<unsigned long long> timing_;
   Mailbox* mailbox_host_ = nullptr;  // cudaHostAlloc(mapped)
   Mailbox* mailbox_dev_ = nullptr;
   int splits_ = 1;
   uint64_t timed_tokens_ = 0;
+  uint64_t launches_ = 0;
   std::vector<unsigned long long> timing_sum_;
 };
 

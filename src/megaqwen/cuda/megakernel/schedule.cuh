@@ -30,24 +30,37 @@ struct Chunk {
   uint32_t bytes;
 };
 
+MEGAQWEN_MK_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
+MEGAQWEN_MK_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+// Rows of kv group g (its G query heads, its k head and its v head) among the stacked q | k | v rows
+// [row0, row0 + rows): what stage A adds to QkvReady[l][g] (the groups' counts sum to (G + 2) * D).
+template <class C>
+MEGAQWEN_MK_HD constexpr int qkv_group_rows(int row0, int rows, int g) {
+  auto overlap = [&](int a, int b) { return imax(0, imin(b, row0 + rows) - imax(a, row0)); };
+  return overlap(g * C::G * C::D, (g + 1) * C::G * C::D) + overlap(C::Q + g * C::D, C::Q + (g + 1) * C::D) +
+         overlap(C::Q + C::KV + g * C::D, C::Q + C::KV + (g + 1) * C::D);
+}
+
+// Host and device (the host-side plan test, tests/megakernel, checks every compiled config with it).
 template <class C>
 struct Schedule {
   Part part[int(Mat::Count)];
   int per_layer = 0, per_token = 0;
 
   template <int K>
-  __device__ static Part split(int rows, int align, int cta, int ctas) {
+  MEGAQWEN_MK_HD static Part split(int rows, int align, int cta, int ctas) {
     Part p;
     int rpc = (rows + ctas - 1) / ctas;
     rpc = (rpc + align - 1) / align * align;
-    p.row0 = min(rows, cta * rpc);
-    p.rows = min(rows, p.row0 + rpc) - p.row0;
+    p.row0 = imin(rows, cta * rpc);
+    p.rows = imin(rows, p.row0 + rpc) - p.row0;
     p.chunk_rows = int(C::kBufBytes / (size_t(K) * 2)) / align * align;
     p.chunks = (p.rows + p.chunk_rows - 1) / p.chunk_rows;
     return p;
   }
 
-  __device__ void init(int cta, int ctas, int vocab) {
+  MEGAQWEN_MK_HD void init(int cta, int ctas, int vocab) {
     part[int(Mat::Qkv)] = split<C::H>(C::QKV_ROWS, 1, cta, ctas);
     part[int(Mat::O)] = split<C::Q>(C::H, 1, cta, ctas);
     part[int(Mat::GateUp)] = split<C::H>(2 * C::I, 2, cta, ctas);
@@ -58,10 +71,10 @@ struct Schedule {
     per_token = C::L * per_layer + part[int(Mat::Lm)].chunks;
   }
 
-  __device__ static int width(Mat m) { return m == Mat::O ? C::Q : m == Mat::Down ? C::I : C::H; }
+  MEGAQWEN_MK_HD static int width(Mat m) { return m == Mat::O ? C::Q : m == Mat::Down ? C::I : C::H; }
 
   // Chunk s of the launch (s counts on across tokens).
-  __device__ Chunk chunk(const Params& p, uint32_t s) const {
+  MEGAQWEN_MK_HD Chunk chunk(const Params& p, uint32_t s) const {
     int j = int(s % uint32_t(per_token));
     Mat m = Mat::Lm;
     const uint16_t* base = p.lm_head;
@@ -78,7 +91,7 @@ struct Schedule {
     }
     const Part& pt = part[int(m)];
     const int row = pt.row0 + j * pt.chunk_rows;
-    const int n = min(pt.chunk_rows, pt.row0 + pt.rows - row);
+    const int n = imin(pt.chunk_rows, pt.row0 + pt.rows - row);
     const int K = width(m);
     return {base + size_t(row) * size_t(K), uint32_t(n) * uint32_t(K) * 2u};
   }

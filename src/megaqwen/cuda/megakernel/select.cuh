@@ -1,17 +1,28 @@
 // Token selection as a two-level reduction, shared by the LM-head stage and its test kernel.
-//   level 1: each CTA reduces the ids of its vocabulary slice to (best value, id) (block_best)
+//
+// select_value(): the transformed logit of id i, as the per-operator path's transform_logit
+// (kernels/sampling.cuh) computes it, bit for bit: repetition / presence / frequency penalties over the
+// occurrence counts, division by the temperature, and for plain sampling Gumbel(0, 1) noise keyed by
+// (seed, step, id). NaN becomes -inf (never chosen over a number).
+//
+// Argmax modes (greedy; plain sampling: argmax of l / T + Gumbel is an exact draw from softmax(l / T)):
+//   level 1: each CTA reduces its vocabulary slice to (best value, id) (block_best)
 //   level 2: the last CTA to take the LmTicket reduces the ctas per-CTA results (merge_best)
-// The value compared is select_value(): the raw logit for greedy; logit / T + Gumbel(0, 1) with the
-// uniform keyed by (seed, step, id) for sampling: argmax of that is an exact draw from softmax(l / T)
-// (the Gumbel-max trick), with the same key and arithmetic as the per-operator path's
-// transform_logit (kernels/sampling.cuh), so both paths draw the same token from the same logits.
-// Ties go to the lowest id (as the CPU reference), NaN never wins: runs are bit-reproducible.
+// Filtered mode (top_k > 0, with top_p / min_p; topk.cuh):
+//   level 1: each CTA writes its slice's transformed values, then keeps its top min(K, rows) in id
+//            order (cta_top_k)
+//   level 2: the selecting CTA radix-selects the top K of the ctas x K candidates, sorts them (value
+//            descending, id ascending) and runs the CPU Sampler's arithmetic on them: fp64 softmax over
+//            the K, the top-p prefix, the min-p floor, one draw with u keyed by (seed, step, 0xffffffff)
+//            (merge_and_draw), exactly as the per-operator sample_filtered with top_k <= 1024.
+// Ties go to the lowest id everywhere: runs are bit-reproducible.
 #pragma once
 
 #include <climits>
 
 #include "megaqwen/cuda/kernels/common.cuh"
 #include "megaqwen/cuda/megakernel/layout.h"
+#include "megaqwen/cuda/megakernel/topk.cuh"
 
 namespace megaqwen::cuda::mk {
 
@@ -19,10 +30,19 @@ struct SelectRule {
   float temperature = 1.0f;
   int gumbel = 0;
   uint64_t seed = 0, step = 0;
+  const int32_t* counts = nullptr;  // written during the launch: read through L2
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
 };
 
 __device__ __forceinline__ float select_value(const SelectRule& r, float logit, int id) {
   float l = logit;
+  if (r.counts) {
+    const int c = __ldcg(r.counts + id);
+    if (c > 0) {
+      if (r.repetition_penalty != 1.0f) l = l > 0.0f ? l / r.repetition_penalty : l * r.repetition_penalty;
+      l -= __fadd_rn(r.presence_penalty, __fmul_rn(r.frequency_penalty, float(c)));  // no FMA: as the CPU
+    }
+  }
   if (r.temperature != 1.0f) l /= r.temperature;
   if (r.gumbel) {
     const double u = fmax(uniform_at(r.seed, r.step, uint32_t(id)), 0x1.0p-60);
@@ -70,6 +90,91 @@ __device__ __forceinline__ void merge_best(const float* best_v, const int32_t* b
     if (better_pair(bv, bi, v, i)) v = bv, i = bi;
   }
   block_best(v, i, red);
+}
+
+// Filtered level 1, block-wide: vals[begin, end) (this CTA's transformed values, stored by its own
+// threads before a __syncthreads) -> its top k = min(K, end - begin) in id order at cand_v/cand_i
+// [cta * K, cta * K + k), and k at cand_n[cta].
+__device__ __forceinline__ void cta_top_k(const float* vals, int begin, int end, int K, int cta, float* cand_v,
+                                          int32_t* cand_i, int32_t* cand_n, TopKShared& s) {
+  const int n = end - begin, k = min(K, n);
+  if (k > 0) {  // block-uniform
+    KeyBlock kb;
+    load_keys(kb, n, [&](int i) { return order_key(__ldcg(vals + begin + i)); });
+    int take_eq = 0;
+    const uint32_t kth = kth_largest(kb, k, s, take_eq);
+    compact_top_k(kb, kth, take_eq, s, [&](int slot, int i, uint32_t key) {
+      __stcg(cand_v + size_t(cta) * K + slot, key_value(key));
+      __stcg(cand_i + size_t(cta) * K + slot, begin + i);
+    });
+  }
+  if (threadIdx.x == 0) __stcg(cand_n + cta, k);
+}
+
+struct FilterRule {
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f;
+  uint64_t seed = 0, step = 0;
+};
+
+// Filtered level 2, block-wide, by the CTA that saw every CTA's candidates (after its acquire): the
+// drawn id (every thread gets it). K <= the number of candidates (the host keeps top_k <= vocab).
+__device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t* cand_i, const int32_t* cand_n, int ctas,
+                                              const FilterRule& f, TopKShared& s) {
+  const int K = f.top_k, tid = threadIdx.x;
+  KeyBlock kb;
+  // Candidate list c occupies [c * K, c * K + cand_n[c]); the rest is padding (key 0).
+  load_keys(kb, ctas * K, [&](int i) {
+    const int c = i / K;
+    return i - c * K < __ldcg(cand_n + c) ? order_key(__ldcg(cand_v + i)) : 0u;
+  });
+  int take_eq = 0;
+  const uint32_t kth = kth_largest(kb, K, s, take_eq);
+  for (int i = tid; i < kMaxTopK; i += kThreads) s.cand_v[i] = -INFINITY, s.cand_i[i] = INT_MAX;
+  __syncthreads();
+  compact_top_k(kb, kth, take_eq, s, [&](int slot, int i, uint32_t key) {
+    s.cand_v[slot] = key_value(key);
+    s.cand_i[slot] = __ldcg(cand_i + i);
+  });
+  sort_candidates(s);
+  // Probabilities relative to the top value, normalized over the K (fp64, as the CPU Sampler).
+  const float top = s.cand_v[0];
+  if (tid < kMaxTopK) s.probs[tid] = tid < K ? exp(double(s.cand_v[tid]) - double(top)) : 0.0;
+  __syncthreads();
+  if (tid == 0) {
+    double total = 0.0;
+    for (int i = 0; i < K; ++i) total += s.probs[i];
+    int keep = K;
+    if (f.top_p < 1.0f) {
+      double mass = 0.0;
+      int n = 0;
+      while (n < keep) {
+        mass += s.probs[n++] / total;
+        if (mass >= double(f.top_p)) break;
+      }
+      keep = n;
+    }
+    if (f.min_p > 0.0f) {
+      const double floor = double(f.min_p) * (s.probs[0] / total);
+      int n = 1;
+      while (n < keep && s.probs[n] / total >= floor) ++n;
+      keep = n;
+    }
+    double mass = 0.0;
+    for (int i = 0; i < keep; ++i) mass += s.probs[i] / total;
+    double r = uniform_at(f.seed, f.step, 0xffffffffu) * mass;
+    int chosen = s.cand_i[keep - 1];
+    for (int i = 0; i < keep; ++i) {
+      r -= s.probs[i] / total;
+      if (r < 0) {
+        chosen = s.cand_i[i];
+        break;
+      }
+    }
+    s.chosen = chosen;
+  }
+  __syncthreads();
+  return s.chosen;
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -23,11 +23,6 @@
 
 namespace megaqwen::cuda::mk {
 
-__device__ __forceinline__ int attn_chunk(int n, int splits) {
-  const int per = (n + splits - 1) / splits;
-  return (max(per, kMinAttnChunk) + 7) & ~7;
-}
-
 // QK-norm + RoPE of one 128-dim head held by a warp (lane owns elements lane + 32e): as
 // kernels/rope_qknorm.cuh, so both paths produce the same values.
 template <int D>
@@ -58,7 +53,7 @@ template <class C>
 __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   constexpr int D = C::D, G = C::G, P = 8;  // P: dims per lane (16 lanes x 8 = 128)
   const int n = c.pos + 1;
-  const int chunk = attn_chunk(n, c.p.splits);
+  const int chunk = attention_chunk(n, c.p.splits);
   const int begin = split * chunk, end = min(n, begin + chunk);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane >> 4, sub = lane & 15;
   const size_t layer_off = size_t(l) * size_t(c.p.context) * C::KV;

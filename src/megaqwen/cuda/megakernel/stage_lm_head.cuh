@@ -2,9 +2,11 @@
 // per-CTA best (value, id), then the token selection by the last CTA to arrive.
 //   in:      x[L] (H floats), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
 //            per CTA (0.6B on 132 CTAs: 1,152 rows = 2.36 MB in 36 chunks of 32 rows; the last CTA 1,024)
-//   out:     best_v[cta], best_i[cta]; logits_out[t, row] when the tests ask for the raw logits;
-//            the selecting CTA: tokens[t], the host mailbox (token, then count, system-scope fence
-//            between them), Done when the run ends (eos id, budget, host stop request)
+//   out:     argmax modes: best_v[cta], best_i[cta]; filtered mode: sel_vals[row] for its rows, then
+//            its top-k candidates cand_v / cand_i / cand_n (select.cuh); logits_out[t, row] when the
+//            tests ask for the raw logits; the selecting CTA: tokens[t], counts[token] += 1 (penalties),
+//            the host mailbox (token, then count, system-scope fence between them), Done when the run
+//            ends (eos id, budget, host stop request)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
 //   waits:   DownDone[L - 1] >= ctas * (t + 1)
 //   signals: LmTicket += 1 (acq_rel ticket) from every CTA; the last (ticket == ctas * (t + 1) - 1)
@@ -34,23 +36,34 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     timer.waited();
     const float* xf = c.p.x + size_t(C::L) * C::H;
     rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
-    const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t)};
+    const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t), c.p.counts,
+                          c.p.repetition_penalty, c.p.presence_penalty, c.p.frequency_penalty};
+    const bool filtered = c.p.top_k > 0;
     float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : nullptr;
     float bv = -INFINITY;
     int bi = INT_MAX;
     auto consider = [&](int row, float a) {
       if (logits) __stcg(logits + row, a);
       const float v = select_value(rule, a, row);
-      if (better_pair(v, row, bv, bi)) bv = v, bi = row;
+      if (filtered) __stcg(c.p.sel_vals + row, v);
+      else if (better_pair(v, row, bv, bi)) bv = v, bi = row;
     };
     stream_rows<C::H>(c, Mat::Lm, c.vec, [&](int row, float a0, float a1, bool has1) {
       consider(row, a0);
       if (has1) consider(row + 1, a1);
     });
-    block_best(bv, bi, c.red);
-    if (threadIdx.x == 0) {
-      __stcg(c.p.best_v + c.cta, bv);
-      __stcg(c.p.best_i + c.cta, bi);
+    if (filtered) {
+      // The normalized x in c.vec is no longer read: the selection scratch takes its place.
+      __syncthreads();
+      const Part& pt = c.part(Mat::Lm);
+      cta_top_k(c.p.sel_vals, pt.row0, pt.row0 + pt.rows, c.p.top_k, c.cta, c.p.cand_v, c.p.cand_i, c.p.cand_n,
+                *reinterpret_cast<TopKShared*>(c.vec));
+    } else {
+      block_best(bv, bi, c.red);
+      if (threadIdx.x == 0) {
+        __stcg(c.p.best_v + c.cta, bv);
+        __stcg(c.p.best_i + c.cta, bi);
+      }
     }
   }
 
@@ -59,12 +72,18 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   if (threadIdx.x == 0) c.flags[0] = take_ticket(c.counter(Counter::LmTicket)) == c.all_ctas() - 1u;
   __syncthreads();
   if (!c.flags[0]) return;
-  float v;
   int id;
-  merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);
+  if (c.p.top_k > 0) {
+    const FilterRule f{c.p.top_k, c.p.top_p, c.p.min_p, c.p.seed, c.p.step0 + uint64_t(c.t)};
+    id = merge_and_draw(c.p.cand_v, c.p.cand_i, c.p.cand_n, c.ctas, f, *reinterpret_cast<TopKShared*>(c.vec));
+  } else {
+    float v;
+    merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);
+  }
   if (threadIdx.x == 0) {
     const int token = id == INT_MAX ? 0 : id;
     __stcg(c.p.tokens + c.t, token);
+    if (c.p.counts) atomicAdd(c.p.counts + token, 1);  // the next step's penalties see it (Step release)
     Mailbox* mb = c.p.mailbox;
     mb->tokens[c.t] = token;
     __threadfence_system();

@@ -31,9 +31,7 @@ __device__ void stage_qkv(Ctx<C>& c, int l) {
   __syncthreads();
   if (threadIdx.x < C::KV_HEADS) {
     const int g = threadIdx.x;
-    auto overlap = [&](int a, int b) { return max(0, min(b, pt.row0 + pt.rows) - max(a, pt.row0)); };
-    const int n = overlap(g * C::G * C::D, (g + 1) * C::G * C::D) + overlap(C::Q + g * C::D, C::Q + (g + 1) * C::D) +
-                  overlap(C::Q + C::KV + g * C::D, C::Q + C::KV + (g + 1) * C::D);
+    const int n = qkv_group_rows<C>(pt.row0, pt.rows, g);
     if (n > 0) {
       __threadfence();
       red_release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n));
