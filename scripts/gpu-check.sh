@@ -17,6 +17,8 @@
 #             shared loads), bench megakernel vs per-op at depths 1..32768, compute-sanitizer
 #             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
 #             runs it alone (~330 s)
+#   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
+#             bench; MEGAQWEN_STAGES="env mk-sizes" runs it alone (~8 min)
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
 # gpu-check.log (every stage's output), tests.xml, mk-tests.xml, bench.json, mk-bench.json, verify.json,
 # peers.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts are in the log).
@@ -28,7 +30,7 @@ out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck}"
+stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck mk-sizes}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
 declare -A status
@@ -125,6 +127,19 @@ memcheck_stage() {
     --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*'
 }
 
+# mk_bench NAME MODEL_DIR LIMIT: megaqwen bench (decode by position) with the megakernel and with the
+# per-op path, then the side-by-side table; every model's runs accumulate in $out/mk-bench.json.
+mk_bench() {
+  local name=$1 dir=$2 limit=$3 k
+  for k in megakernel per-op; do
+    MEGAQWEN_DECODE=$k timeout "$limit" $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+      --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "/tmp/mk-bench-$name-$k.json" ||
+      echo "MK BENCH $name $k FAILED"
+  done
+  python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "$name:megakernel:/tmp/mk-bench-$name-megakernel.json" \
+    "$name:per-op:/tmp/mk-bench-$name-per-op.json"
+}
+
 mk_stage() {
   # 1. correctness first (tiny + full 0.6B), then the numbers, then the sanitizers on the tiny model.
   MEGAQWEN_TEST_QWEN3_06B="$model" timeout 150 /tmp/mq-bin/test_cuda --gtest_filter='Megakernel*' \
@@ -135,31 +150,7 @@ mk_stage() {
     echo "MK SASS: functions $(grep -c 'Function :' /tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP /tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF /tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' /tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' /tmp/sass-mk.txt)"
   fi
   # 2. megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path).
-  for k in megakernel per-op; do
-    MEGAQWEN_DECODE=$k timeout 100 $mq bench --model "$model" --device cuda --ctx 33000 --prompt-len 0 \
-      --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "/tmp/mk-bench-$k.json" ||
-      echo "MK BENCH $k FAILED"
-  done
-  python3 - <<'PY'
-import json
-rows = {}
-for k in ("megakernel", "per-op"):
-    try:
-        j = json.load(open(f"/tmp/mk-bench-{k}.json"))
-    except Exception as e:
-        print(f"MK BENCH {k}: no json ({e})"); continue
-    print(f"MK BENCH {k}: device {j.get('device')}")
-    for r in j.get("results", []):
-        rows.setdefault(r["depth"], {})[k] = r
-print("| depth | megakernel tok/s | GB/s | per-op tok/s | speedup | floor tok/s (4.8 TB/s) |")
-print("|---:|---:|---:|---:|---:|---:|")
-for d in sorted(rows):
-    m, p = rows[d].get("megakernel"), rows[d].get("per-op")
-    mt = m["median_tok_s"] if m else 0; pt = p["median_tok_s"] if p else 0
-    b = (m or p)["bytes_per_token"]
-    print(f"| MK {d} | {mt:.0f} | {(m or {}).get('achieved_gb_s', 0):.0f} | {pt:.0f} | {mt / pt if pt else 0:.2f}x | {4.8e12 / b:.0f} |")
-PY
-  cp /tmp/mk-bench-megakernel.json "$out/mk-bench.json" 2>/dev/null
+  mk_bench qwen3-0.6b "$model" 100
   # 3. sanitizers on the tiny model (slow: tiny only, few tests).
   if [ -n "$sanitizer" ]; then
     for tool in racecheck memcheck; do
@@ -170,8 +161,21 @@ PY
   fi
 }
 
+# The larger compiled shapes (Qwen3-1.7B, 4B): synthetic models, the MegakernelSizes tests (gtest
+# output in the log: the 8-file limit), and the same side-by-side bench.
+mk_sizes_stage() {
+  local d17=/tmp/mq-models/synth-qwen3-1.7b d4=/tmp/mq-models/synth-qwen3-4b
+  [ -f "$d17/model.safetensors" ] || $mq synth --preset qwen3-1.7b --seed 0 --out "$d17" || return 1
+  [ -f "$d4/model.safetensors" ] || $mq synth --preset qwen3-4b --seed 0 --out "$d4" || return 1
+  MEGAQWEN_TEST_QWEN3_17B="$d17" MEGAQWEN_TEST_QWEN3_4B="$d4" timeout 180 /tmp/mq-bin/test_cuda \
+    --gtest_filter='Qwen3/MegakernelSizes*' || echo "MK SIZES TESTS FAILED (rc $?)"
+  mk_bench qwen3-1.7b "$d17" 120
+  mk_bench qwen3-4b "$d4" 150
+}
+
 export root out log libpath cublas_dir mq model sanitizer cuobjdump
-export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage mk_stage
+export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage mk_stage \
+  mk_bench mk_sizes_stage
 
 stage env 60 env_stage
 stage sass 60 sass_stage
@@ -182,6 +186,7 @@ stage bench 150 bench_stage
 stage verify 150 verify_stage
 stage peers 300 peers_stage
 stage memcheck 200 memcheck_stage
+stage mk-sizes 560 mk_sizes_stage
 
 python3 - "$out" "$log" <<'PY' | tee "$out/summary.md"
 import json, os, re, sys
@@ -189,7 +194,7 @@ out, log = sys.argv[1], sys.argv[2]
 text = open(log, errors="replace").read()
 print("## gpu-check summary\n")
 print("| stage | result |\n|---|---|")
-for m in re.finditer(r"^=== (\w+): (.*)$", text, re.M):
+for m in re.finditer(r"^=== ([\w-]+): (.*)$", text, re.M):
     print(f"| {m.group(1)} | {m.group(2)} |")
 # Both gtest XML files (tests stage, mk stage). A binary that crashed or was killed writes none: then
 # the last test the log saw start is the suspect.
@@ -207,7 +212,7 @@ for name in ("tests.xml", "mk-tests.xml"):
         print(f"  FAILED {f[1]}.{f[0]}")
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
-                        "MK ", "| MK", "| depth", "|---:", "megakernel ")):
+                        "MK ", "| MK", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
         print(line)
 b = os.path.join(out, "bench.json")
 if os.path.exists(b):

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -639,6 +640,70 @@ TEST(MegakernelFull, Qwen3_06bMatchesPerOpAndCpu) {
   std::printf("megakernel qwen3-0.6b: worst logit error vs per-op %.3g (256 steps), vs cpu %.3g (24 steps), deep %.3g\n",
               vs_perop, vs_cpu, deep);
 }
+
+// The larger compiled shapes (Qwen3-1.7B, Qwen3-4B: GQA 2 and 4, hidden 2048 / 2560, 36 layers)
+// against the per-operator path: 64 greedy steps teacher-forced, deep positions on noise caches, and
+// a sampled run with Qwen's defaults. The models are big (3.4 / 8 GB): the test runs when
+// MEGAQWEN_TEST_QWEN3_17B / MEGAQWEN_TEST_QWEN3_4B name synthetic folders (scripts/gpu-check.sh,
+// stage mk-sizes, writes them) and skips otherwise.
+class MegakernelSizes : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MegakernelSizes, MatchesPerOp) {
+  MQ_REQUIRE_GPU_AND_CUBLAS();
+  const char* dir = std::getenv(GetParam());
+  if (!dir || !*dir) GTEST_SKIP() << GetParam() << " is not set (scripts/gpu-check.sh stage mk-sizes sets it)";
+  auto model = load_model(dir);
+  MQ_REQUIRE_MEGAKERNEL(model);
+  const size_t V = size_t(model->config.vocab_size);
+  cuda::CudaEngine mk(model, mk_options(9000)), perop(model, perop_options(9000));
+  ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
+  std::printf("%s: %s\n", GetParam(), mk.decode_kernel_note().c_str());
+  const auto prompt = random_ids(32, 18);
+  const int32_t first = test::argmax(mk.prefill(prompt));
+  perop.prefill(prompt);
+  const MkRun run = run_megakernel(mk, first, 64);
+  int hard = 0;
+  const double worst = compare_teacher_forced(perop, first, run, V, &hard);
+  EXPECT_LE(worst, kGpuLogitTolerance);
+  EXPECT_LE(hard, 1) << "of 64 greedy steps";
+  double deep = 0;
+  for (int depth : {1000, 8200}) {
+    mk.truncate(0);
+    perop.truncate(0);
+    mk.fill_cache_with_noise(depth);
+    perop.fill_cache_with_noise(depth);
+    const MkRun r = run_megakernel(mk, 1234, 4);
+    int h = 0;
+    deep = std::max(deep, compare_teacher_forced(perop, 1234, r, V, &h));
+    EXPECT_LE(h, 1) << "depth " << depth;
+  }
+  EXPECT_LE(deep, kGpuLogitTolerance);
+  // Sampling with Qwen's defaults: the same keys draw the same tokens from nearly equal logits.
+  SamplingParams s;
+  s.temperature = 0.6f;
+  s.top_k = 20;
+  s.top_p = 0.95f;
+  s.seed = 3;
+  mk.truncate(0);
+  perop.truncate(0);
+  mk.prefill(prompt);
+  perop.prefill(prompt);
+  std::vector<int32_t> history = prompt;
+  history.push_back(first);
+  const MkRun sampled = run_megakernel(mk, first, 16, s, history);
+  int same = 0;
+  for (size_t i = 0; i < sampled.tokens.size(); ++i) {
+    perop.decode_only(i == 0 ? first : sampled.tokens[i - 1]);
+    if (i > 0) history.push_back(sampled.tokens[i - 1]);
+    same += perop.sample_on_device(s, history) == sampled.tokens[i];
+  }
+  EXPECT_GE(same, 14);
+  std::printf("%s: worst logit error vs per-op %.3g (64 steps), deep %.3g, sampled draws agreeing %d/16\n", GetParam(),
+              worst, deep, same);
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3, MegakernelSizes, ::testing::Values("MEGAQWEN_TEST_QWEN3_17B", "MEGAQWEN_TEST_QWEN3_4B"),
+                         [](const auto& info) { return std::string(info.param).substr(std::string("MEGAQWEN_TEST_").size()); });
 
 }  // namespace
 }  // namespace megaqwen

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Megakernel vs per-operator decode, from `megaqwen bench --json` files of the same model and GPU.
+
+Usage: mk_bench_table.py --out merged.json MODEL:KERNEL:FILE [MODEL:KERNEL:FILE ...]
+  e.g. qwen3-0.6b:megakernel:/tmp/a.json qwen3-0.6b:per-op:/tmp/b.json
+
+Prints, per model, a markdown table of decode tok/s by position for both kernels, the speedup, the
+achieved GB/s and the fraction of the floor at the card's datasheet bandwidth (4.8 TB/s for the
+H200, or --peak-gb-s), and merges every input into one JSON ({"runs": [{model, kernel, bench}]})
+so a GPU run returns one file. Missing or unreadable inputs are reported and skipped. Entries
+already in --out (from an earlier stage of the same session) are kept unless replaced.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inputs", nargs="+", help="MODEL:KERNEL:FILE")
+    ap.add_argument("--out", required=True, help="merged JSON (created or extended)")
+    ap.add_argument("--peak-gb-s", type=float, default=4800.0, help="datasheet bandwidth for the floor (H200: 4800)")
+    args = ap.parse_args()
+
+    merged = {"runs": []}
+    if os.path.exists(args.out):
+        try:
+            merged = json.load(open(args.out))
+        except (OSError, ValueError):
+            pass
+    runs = {(r["model"], r["kernel"]): r for r in merged.get("runs", [])}
+    for spec in args.inputs:
+        try:
+            model, kernel, path = spec.split(":", 2)
+        except ValueError:
+            print(f"mk_bench_table: bad input '{spec}' (MODEL:KERNEL:FILE)", file=sys.stderr)
+            return 2
+        try:
+            bench = json.load(open(path))
+        except (OSError, ValueError) as e:
+            print(f"MK BENCH {model} {kernel}: no result ({e})")
+            continue
+        runs[(model, kernel)] = {"model": model, "kernel": kernel, "bench": bench}
+    merged["runs"] = list(runs.values())
+    with open(args.out, "w") as f:
+        json.dump(merged, f, indent=1)
+
+    for model in sorted({m for m, _ in runs}):
+        by_kernel = {k: r["bench"] for (m, k), r in runs.items() if m == model}
+        any_bench = next(iter(by_kernel.values()))
+        print(f"\nMK BENCH {model} on {any_bench.get('device', '?')} (commit {any_bench.get('commit', '?')})")
+        rows = {}
+        for kernel, bench in by_kernel.items():
+            for r in bench.get("results", []):
+                if r.get("kind") == "decode":
+                    rows.setdefault(r["depth"], {})[kernel] = r
+        print(f"| MK {model} position | megakernel tok/s | GB/s | % of floor | per-op tok/s | speedup | floor tok/s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for depth in sorted(rows):
+            mk, po = rows[depth].get("megakernel"), rows[depth].get("per-op")
+            ref = mk or po
+            floor = args.peak_gb_s * 1e9 / ref["bytes_per_token"] if ref["bytes_per_token"] else 0.0
+            mt = mk["median_tok_s"] if mk else 0.0
+            pt = po["median_tok_s"] if po else 0.0
+            print(f"| MK {model} {depth} | {mt:.0f} | {(mk or {}).get('achieved_gb_s', 0):.0f} | "
+                  f"{100 * mt / floor if floor else 0:.0f}% | {pt:.0f} | {mt / pt if pt else 0:.2f}x | {floor:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
