@@ -136,8 +136,12 @@ mk_bench() {
       --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "/tmp/mk-bench-$name-$k.json" ||
       echo "MK BENCH $name $k FAILED"
   done
+  # What in-kernel token selection costs: Qwen3's sampling defaults (top-k 20 + top-p) at two depths.
+  MEGAQWEN_DECODE=megakernel timeout 60 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+    --depth 1,4096 --tokens 128 --repeats 3 --temp 0.6 --top-k 20 --top-p 0.95 --seed 1 \
+    --json "/tmp/mk-bench-$name-megakernel-topk.json" || echo "MK BENCH $name sampled FAILED"
   python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "$name:megakernel:/tmp/mk-bench-$name-megakernel.json" \
-    "$name:per-op:/tmp/mk-bench-$name-per-op.json"
+    "$name:per-op:/tmp/mk-bench-$name-per-op.json" "$name:megakernel-topk:/tmp/mk-bench-$name-megakernel-topk.json"
 }
 
 mk_stage() {

@@ -59,6 +59,7 @@ void add_bench_command(CLI::App& app) {
     ModelArgs model;
     std::string prompt_lens = "128", depths = "1", json;
     BenchPlan plan;
+    SamplingArgs sampling;
     bool measure_bandwidth = true;
   };
   auto a = std::make_shared<Args>();
@@ -70,7 +71,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", a->plan.warmup, "Untimed runs before each test")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--json", a->json, "Write the results as JSON to this file");
   cmd->add_flag("!--no-bandwidth-probe", a->measure_bandwidth, "Skip measuring the machine's memory bandwidth");
+  // Decode draws greedy unless sampling flags say otherwise (generation_config.json is not consulted:
+  // benchmarks compare like with like); e.g. --temp 0.6 --top-k 20 --top-p 0.95 for Qwen3's defaults.
+  a->sampling.add_to(cmd);
   cmd->callback([a] {
+    a->plan.sampling = a->sampling.resolve(a->plan.sampling);
     a->plan.prompt_lengths = parse_int_list(a->prompt_lens, "--prompt-len");
     a->plan.depths = parse_int_list(a->depths, "--depth");
     auto model = load_model(a->model.model);
@@ -138,6 +143,10 @@ void add_bench_command(CLI::App& app) {
       std::printf("\n");
     }
     std::printf("\npp N: prefill of N prompt tokens; tgN@dD: N decode steps starting at cache position D.\n");
+    const SamplingParams& sp = a->plan.sampling;
+    if (!sp.greedy())
+      std::printf("decode draws: temperature %g, top-k %d, top-p %g, min-p %g, penalties %g / %g / %g\n", sp.temperature,
+                  sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty);
 
     if (!a->json.empty()) {
       nlohmann::ordered_json j;
@@ -151,7 +160,12 @@ void add_bench_command(CLI::App& app) {
         j["memory_bandwidth_kind"] = "device-to-device copy, read + write";
       }
       j["memory_read_bandwidth_gb_s"] = bandwidth;
-      j["plan"] = {{"decode_tokens", a->plan.decode_tokens}, {"repeats", a->plan.repeats}, {"warmup", a->plan.warmup}};
+      const SamplingParams& sp = a->plan.sampling;
+      j["plan"] = {{"decode_tokens", a->plan.decode_tokens}, {"repeats", a->plan.repeats}, {"warmup", a->plan.warmup},
+                   {"sampling", {{"temperature", sp.temperature}, {"top_k", sp.top_k}, {"top_p", sp.top_p},
+                                 {"min_p", sp.min_p}, {"repetition_penalty", sp.repetition_penalty},
+                                 {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
+                                 {"seed", sp.seed}}}};
       for (const auto& r : results)
         j["results"].push_back({{"test", r.test}, {"kind", r.is_decode ? "decode" : "prefill"}, {"tokens", r.tokens},
                                 {"depth", r.depth}, {"median_tok_s", r.median_tok_s}, {"min_tok_s", r.min_tok_s},

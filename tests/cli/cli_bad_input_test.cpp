@@ -167,6 +167,49 @@ TEST_F(CliBadInput, GoodModelGeneratesIdsWithoutATokenizer) {
   EXPECT_EQ(run({"info", "-m", model().string()}).status, 0);
 }
 
+// bench on the tiny model: the markdown table on stdout and the JSON record (plan, sampling, one
+// result per test with consistent figures); bad plans end with one error line.
+TEST_F(CliBadInput, BenchWritesTableAndJson) {
+  const fs::path json = work_dir() / "bench.json";
+  const RunResult r = run({"bench", "-m", model().string(), "-d", "cpu", "-t", "2", "--prompt-len", "8", "--depth", "1,16",
+                           "--tokens", "4", "--repeats", "2", "--warmup", "0", "--no-bandwidth-probe", "--temp", "0.7",
+                           "--top-k", "5", "--json", json.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("| tg4@d16 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode draws: temperature 0.7, top-k 5"), std::string::npos) << r.out;
+  const ordered_json j = ordered_json::parse(read_file(json));
+  EXPECT_EQ(j["plan"]["repeats"], 2);
+  EXPECT_FLOAT_EQ(j["plan"]["sampling"]["temperature"].get<float>(), 0.7f);
+  EXPECT_EQ(j["plan"]["sampling"]["top_k"], 5);
+  ASSERT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(j["results"][0]["test"], "pp8");
+  EXPECT_EQ(j["results"][0]["kind"], "prefill");
+  for (int i : {1, 2}) {
+    const auto& d = j["results"][size_t(i)];
+    EXPECT_EQ(d["kind"], "decode");
+    EXPECT_EQ(d["tokens"], 4);
+    EXPECT_GT(d["median_tok_s"].get<double>(), 0.0);
+    EXPECT_LE(d["min_tok_s"].get<double>(), d["median_tok_s"].get<double>());
+    EXPECT_GE(d["max_tok_s"].get<double>(), d["median_tok_s"].get<double>());
+    EXPECT_NEAR(d["achieved_gb_s"].get<double>(), d["bytes_per_token"].get<double>() * d["median_tok_s"].get<double>() / 1e9,
+                1e-9 * d["achieved_gb_s"].get<double>() + 1e-12);
+  }
+  // Deeper positions read more cache per token.
+  EXPECT_GT(j["results"][2]["bytes_per_token"].get<double>(), j["results"][1]["bytes_per_token"].get<double>());
+  EXPECT_EQ(j["results"][2]["depth"], 16);
+
+  const std::vector<std::string> base = {"bench", "-m", model().string(), "-d", "cpu", "--no-bandwidth-probe", "--prompt-len", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_one_error_line(with({"--depth", "1,x"}), {"--depth: 'x' is not a non-negative integer"});
+  expect_one_error_line(with({"--depth", "100", "--tokens", "8", "--ctx", "64"}), {"decode at depth 100", "raise --ctx"});
+  expect_one_error_line(with({"--repeats", "0"}), {"--repeats"});
+  expect_one_error_line(with({"--top-p", "3"}), {"top_p must be in (0, 1], got 3"});
+}
+
 TEST_F(CliBadInput, MissingFolder) {
   const std::string missing = (work_dir() / "no-such-model").string();
   expect_one_error_line({"generate", "-m", missing, "--ids", "1"}, {"model folder '" + missing + "' does not exist"});

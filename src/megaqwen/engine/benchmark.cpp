@@ -64,11 +64,10 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
     if (depth < 1 || int64_t(depth) + n > engine.context_size())
       fail("decode at depth {} for {} tokens does not fit the context ({}); raise --ctx", depth, n, engine.context_size());
     const auto ids = bench_tokens(n + 1, vocab);
-    // An engine that samples on its device is timed as generation runs it: decode_only, then a greedy
-    // draw whose id is copied back (the logits stay on the device). Otherwise decode(), which hands the
-    // logits to the host sampler.
-    SamplingParams greedy;
-    greedy.temperature = 0;
+    // An engine that samples on its device is timed as generation runs it: decode_only, then a draw
+    // whose id is copied back (the logits stay on the device). Otherwise decode() and the host Sampler.
+    const SamplingParams& sampling = plan.sampling;
+    Sampler host_sampler(sampling);
     const std::vector<int32_t> no_history;
     bool device_sampling = false;
     std::vector<double> seconds;
@@ -78,20 +77,25 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
       engine.truncate(0);
       engine.fill_cache_with_noise(depth - 1);  // the cache as if `depth - 1` tokens came before
       engine.decode(ids[0]);                    // position depth: not timed (first-touch effects)
-      if (r == 0) device_sampling = engine.sample_on_device(greedy, no_history).has_value();
+      if (r == 0) device_sampling = engine.sample_on_device(sampling, no_history).has_value();
       const std::optional<double> e0 = have_energy ? plan.energy_joules() : std::nullopt;
       const double t0 = now_seconds();
       // An engine that runs whole stretches of steps on its device (the CUDA megakernel) is timed that
-      // way: n greedy steps in one call, as Generator runs them (tokens stream back as they appear).
+      // way: n steps in one call, as Generator runs them (tokens stream back as they appear). The fed
+      // tokens are then the drawn ones; elsewhere the fixed ids (the cost per step is the same).
       const std::optional<int> run =
-          engine.generate_on_device(ids[1], n, {}, greedy, no_history, [](int32_t) { return true; });
+          engine.generate_on_device(ids[1], n, {}, sampling, no_history, [](int32_t) { return true; });
       if (run && *run != n) fail("the device run drew {} tokens instead of {}", *run, n);
       for (int i = 1; i <= n && !run; ++i) {
         if (device_sampling) {
           engine.decode_only(ids[size_t(i)]);
-          (void)engine.sample_on_device(greedy, no_history);
+          (void)engine.sample_on_device(sampling, no_history);
         } else {
-          engine.decode(ids[size_t(i)]);
+          auto logits = engine.decode(ids[size_t(i)]);
+          if (!sampling.greedy()) {
+            std::vector<float> l(logits.begin(), logits.end());
+            (void)host_sampler.sample(l, no_history);
+          }
         }
       }
       const double elapsed = now_seconds() - t0;

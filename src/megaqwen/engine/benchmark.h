@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen {
 
@@ -17,6 +18,13 @@ struct BenchPlan {
   int decode_tokens = 32;                   // tokens per decode measurement
   int repeats = 3;
   int warmup = 1;
+  // How decode steps draw their tokens (greedy by default: the figure peers are compared on). Other
+  // modes measure what token selection costs (e.g. the megakernel's in-kernel top-k).
+  SamplingParams sampling = [] {
+    SamplingParams g;
+    g.temperature = 0;
+    return g;
+  }();
   // Optional: the device's cumulative energy counter in joules (NVML on a GPU). When set, decode
   // tests also report average power and tokens per joule over their timed repeats.
   std::function<std::optional<double>()> energy_joules;
