@@ -22,6 +22,7 @@
 #include "cuda/model_fixture.h"
 #include "engine/hf_fixture.h"
 #include "megaqwen/cuda/cuda_engine.h"
+#include "megaqwen/cuda/kernels.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/util/error.h"
@@ -244,6 +245,29 @@ TEST_F(CudaEngineTest, DeviceSamplingIsSeededAndDeterministic) {
   const auto c = gen.run(req);
   EXPECT_NE(a.tokens, c.tokens);
   for (int32_t t : a.tokens) EXPECT_TRUE(t >= 0 && t < V());
+}
+
+// A top-k above the device sampler's candidate count would normalize differently from the CPU
+// Sampler: the device declines (nullopt) and Generator samples those on the host, exactly.
+TEST_F(CudaEngineTest, DeviceSamplingDeclinesTopKAboveItsCandidates) {
+  cuda::CudaEngine gpu(model_, {.context = 64});
+  gpu.prefill(random_ids(5, 11));
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = cuda::kSampleCandidates + 1;
+  EXPECT_FALSE(gpu.sample_on_device(p, {}).has_value());
+  p.top_k = cuda::kSampleCandidates;
+  EXPECT_TRUE(gpu.sample_on_device(p, {}).has_value());
+  p.top_k = 0;  // off: plain sampling
+  EXPECT_TRUE(gpu.sample_on_device(p, {}).has_value());
+  Generator gen(gpu);
+  GenerationRequest req;
+  req.prompt = random_ids(5, 11);
+  req.max_tokens = 8;
+  req.sampling.temperature = 0.8f;
+  req.sampling.top_k = 5000;
+  const auto r = gen.run(req);
+  EXPECT_EQ(r.tokens.size(), 8u);
 }
 
 }  // namespace

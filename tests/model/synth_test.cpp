@@ -100,7 +100,9 @@ TEST(F16Conversion, PortableMatchesCompiler) {
     } else {
       ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b)) << h;
     }
-    if (!std::isnan(a)) ASSERT_EQ(f32_to_f16_soft(a), h) << h;  // every half round-trips
+    if (!std::isnan(a)) {
+      ASSERT_EQ(f32_to_f16_soft(a), h) << h;  // every half round-trips
+    }
   }
   // A spread of all floats (a prime stride) and the rounding boundaries around the largest half.
   for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) {

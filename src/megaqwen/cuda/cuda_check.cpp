@@ -5,6 +5,9 @@
 namespace megaqwen::cuda {
 
 void cuda_fail(cudaError_t status, const char* call, const char* file, int line) {
+  // A failed runtime call also becomes the thread's last error: clear it, or the next launch check
+  // (cudaGetLastError) would report this failure again against an innocent kernel.
+  cudaGetLastError();
   fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(status), cudaGetErrorString(status), call, file, line);
 }
 
@@ -29,6 +32,7 @@ bool device_usable(std::string* why) {
   }
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
     if (why) *why = "cudaGetDeviceProperties failed for device 0";
     return false;
   }

@@ -304,9 +304,11 @@ void CudaEngine::run_decode_step(int32_t token) {
         throw;
       }
       CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
       CUDA_CHECK(status);
+      graph_ = exec;  // only a graph that instantiated is kept (a failure retries the capture next step)
     }
     CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
   }
@@ -385,6 +387,9 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
     t.frequency_penalty = params.frequency_penalty;
   }
   const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
+  // A top-k above the device sampler's candidate count normalizes over the k on the CPU, which the
+  // device cannot reproduce: the host Sampler serves it (nullopt: the caller decodes to the host).
+  if (!params.greedy() && params.top_k > kSampleCandidates && params.top_k < V) return std::nullopt;
   if (params.greedy()) {
     argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
   } else if (!filtered) {

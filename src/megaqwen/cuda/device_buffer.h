@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
 #include "megaqwen/cuda/cuda_check.h"
@@ -34,7 +35,19 @@ class DeviceBuffer {
   void resize(size_t count) {
     if (count == count_) return;
     release();
-    if (count > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+    if (count > 0) {
+      const cudaError_t status = cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T));
+      if (status != cudaSuccess) {
+        data_ = nullptr;
+        cudaGetLastError();
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        cudaGetLastError();
+        throw_error("cannot allocate " + std::to_string(count * sizeof(T) >> 20) + " MiB on the GPU (" +
+                    cudaGetErrorName(status) + "; " + std::to_string(free_bytes >> 20) + " of " +
+                    std::to_string(total_bytes >> 20) + " MiB free)");
+      }
+    }
     count_ = count;
   }
   void release() noexcept {

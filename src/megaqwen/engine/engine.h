@@ -46,7 +46,8 @@ class Engine {
   // host. sample_on_device() draws from the logits of the latest prefill / decode / decode_only with
   // `params`; `history` holds the tokens the penalties look at (prompt and generated, as for Sampler),
   // and its length keys the random draw (same seed + same history = same token). nullopt: this engine
-  // does not sample on its device; use Sampler on the returned logits. The draws follow Sampler's
+  // does not sample on its device, or not with these params (the same for every call with them); use
+  // Sampler on the returned logits. The draws follow Sampler's
   // rules (penalties, temperature, top-k, top-p, min-p; greedy = argmax, lowest id on ties) but not
   // its random stream, so only greedy runs are token-identical across engines.
   virtual std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {

@@ -113,7 +113,7 @@ __global__ void transform_logits_kernel(const float* __restrict__ logits, int V,
 
 // Larger float -> larger unsigned key (total order for non-NaN values).
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);  // -0 == +0: one key, so ties go by id
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
