@@ -153,8 +153,17 @@ mk_stage() {
       awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >/tmp/sass-mk.txt
     echo "MK SASS: functions $(grep -c 'Function :' /tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP /tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF /tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' /tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' /tmp/sass-mk.txt)"
   fi
-  # 2. megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path).
+  # 2. megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path); then what each
+  # optimization buys: the same kernel with one switched back (MEGAQWEN_MK_ABLATE, layout.h).
   mk_bench qwen3-0.6b "$model" 100
+  local ab abl=()
+  for ab in 1 2 4 7; do
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout 40 $mq bench --model "$model" --device cuda --ctx 5000 \
+      --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "/tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
+      echo "MK BENCH ablate $ab FAILED"
+    abl+=("qwen3-0.6b:ablate-$ab:/tmp/mk-bench-qwen3-0.6b-ablate-$ab.json")
+  done
+  python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "${abl[@]}"
   # 3. sanitizers on the tiny model (slow: tiny only, few tests).
   if [ -n "$sanitizer" ]; then
     for tool in racecheck memcheck; do
@@ -185,7 +194,7 @@ stage env 60 env_stage
 stage sass 60 sass_stage
 stage model 180 model_stage
 stage tests 240 tests_stage
-stage mk 330 mk_stage
+stage mk 420 mk_stage
 stage bench 150 bench_stage
 stage verify 150 verify_stage
 stage peers 300 peers_stage

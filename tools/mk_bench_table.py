@@ -4,6 +4,9 @@
 Usage: mk_bench_table.py --out merged.json MODEL:KERNEL:FILE [MODEL:KERNEL:FILE ...]
   e.g. qwen3-0.6b:megakernel:/tmp/a.json qwen3-0.6b:per-op:/tmp/b.json
 
+KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its own column
+(megakernel-topk: Qwen's sampling defaults; ablate-N: MEGAQWEN_MK_ABLATE=N).
+
 Prints, per model, a markdown table of decode tok/s by position for both kernels, the speedup, the
 achieved GB/s and the fraction of the floor at the card's datasheet bandwidth (4.8 TB/s for the
 H200, or --peak-gb-s), and merges every input into one JSON ({"runs": [{model, kernel, bench}]})
@@ -55,10 +58,12 @@ def main() -> int:
             for r in bench.get("results", []):
                 if r.get("kind") == "decode":
                     rows.setdefault(r["depth"], {})[kernel] = r
-        sampled = "megakernel-topk" in by_kernel  # Qwen's sampling defaults in the kernel, if measured
+        # Other runs of the megakernel (Qwen's sampling defaults "megakernel-topk", ablations "ablate-N")
+        # get a column each.
+        extra = sorted(k for k in by_kernel if k not in ("megakernel", "per-op"))
         print(f"| MK {model} position | megakernel tok/s | GB/s | % of floor | per-op tok/s | speedup | floor tok/s |"
-              + (" megakernel top-k 20 tok/s |" if sampled else ""))
-        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if sampled else ""))
+              + "".join(f" {k} tok/s |" for k in extra))
+        print("|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra))
         for depth in sorted(rows):
             mk, po = rows[depth].get("megakernel"), rows[depth].get("per-op")
             ref = mk or po or next(iter(rows[depth].values()))
@@ -67,8 +72,8 @@ def main() -> int:
             pt = po["median_tok_s"] if po else 0.0
             line = (f"| MK {model} {depth} | {mt:.0f} | {(mk or {}).get('achieved_gb_s', 0):.0f} | "
                     f"{100 * mt / floor if floor else 0:.0f}% | {pt:.0f} | {mt / pt if pt else 0:.2f}x | {floor:.0f} |")
-            if sampled:
-                st = rows[depth].get("megakernel-topk")
+            for k in extra:
+                st = rows[depth].get(k)
                 line += f" {st['median_tok_s']:.0f} |" if st else " - |"
             print(line)
     return 0

@@ -29,6 +29,7 @@
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/sampling/sampler.h"
+#include "megaqwen/util/error.h"
 
 namespace megaqwen {
 namespace {
@@ -446,6 +447,32 @@ TEST_F(MegakernelTiny, RepeatedRunsAreBitIdentical) {
   mk.truncate(int(prompt.size()));
   const MkRun f = run_megakernel(mk, 77, 64, s, history);
   EXPECT_EQ(e.tokens, f.tokens);
+}
+
+// The ablation switches (MEGAQWEN_MK_ABLATE: the conservative fences, acquire polling, refill before
+// the signal) change timing, never results: every combination gives bit-identical logits and tokens.
+TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
+  const auto prompt = random_ids(20, 19);
+  MkRun reference;
+  for (int ablate = 0; ablate <= 7; ++ablate) {
+    ::setenv("MEGAQWEN_MK_ABLATE", std::to_string(ablate).c_str(), 1);
+    cuda::CudaEngine mk(model_, mk_options(512));
+    ::unsetenv("MEGAQWEN_MK_ABLATE");
+    ASSERT_EQ(mk.megakernel()->ablate(), uint32_t(ablate));
+    mk.prefill(prompt);
+    const MkRun run = run_megakernel(mk, 321, 48);
+    if (ablate == 0) {
+      reference = run;
+      continue;
+    }
+    EXPECT_EQ(run.tokens, reference.tokens) << "MEGAQWEN_MK_ABLATE=" << ablate;
+    ASSERT_EQ(run.logits.size(), reference.logits.size());
+    EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
+        << "MEGAQWEN_MK_ABLATE=" << ablate;
+  }
+  ::setenv("MEGAQWEN_MK_ABLATE", "9", 1);
+  EXPECT_THROW(cuda::CudaEngine(model_, mk_options(512)), Error);
+  ::unsetenv("MEGAQWEN_MK_ABLATE");
 }
 
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the

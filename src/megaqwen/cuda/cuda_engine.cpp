@@ -166,6 +166,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
     }
   }
   device_name_ += ", decode: " + (megakernel_ ? std::string("megakernel") : std::string("per-op"));
+  if (megakernel_ && megakernel_->ablate()) device_name_ += " (MEGAQWEN_MK_ABLATE=" + std::to_string(megakernel_->ablate()) + ")";
   // The whole device, not just stream_: the cudaMemset / cudaMemcpy calls above went to the legacy
   // default stream, which a cudaStreamNonBlocking stream does not wait for (a pageable cudaMemcpy
   // may return before its DMA lands), so the first prefill could otherwise race the uploads.

@@ -102,7 +102,8 @@ __device__ __forceinline__ void matvec_chunk(const uint8_t* chunk, int rows, con
 }
 
 // Streams every chunk of matrix m (this CTA's rows of it) through matvec_chunk; epi gets the row
-// index within the whole matrix.
+// index within the whole matrix. The last chunk's refill is deferred: the caller signals its counter,
+// then calls c.stream.flush().
 template <int K, class C, class Epi>
 __device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, Epi&& epi) {
   const Part& pt = c.part(m);
@@ -111,7 +112,8 @@ __device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, 
     const int rows = min(pt.chunk_rows, pt.row0 + pt.rows - row);
     const uint8_t* chunk = c.stream.wait();
     matvec_chunk<K>(chunk, rows, vec, [&](int r, float a0, float a1, bool has1) { epi(row + r, a0, a1, has1); });
-    c.stream.release();
+    if (j == pt.chunks - 1 && !(c.p.ablate & kAblateDeferredRefill)) c.stream.release_deferred();
+    else c.stream.release();
   }
 }
 

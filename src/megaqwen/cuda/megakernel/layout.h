@@ -49,6 +49,13 @@ constexpr int kMaxTopK = 64;           // filtered sampling in the kernel: top_k
 constexpr int kSelPerThread = 20;      // keys per thread of the top-k selection: a CTA's vocabulary slice
                                        // and ctas x top_k candidates must each be <= kThreads x this
 
+// ---- ablations ----
+// Choices that can be switched back at run time (Params::ablate, MEGAQWEN_MK_ABLATE = the sum of the
+// bits) so a benchmark measures what each one buys (docs/MEGAKERNEL.md). 0: everything on.
+constexpr uint32_t kAblateDeferredRefill = 1;  // refill the weight ring before a stage's signal, not after it
+constexpr uint32_t kAblateFences = 2;          // a __threadfence before every release add, ticket and Step store
+constexpr uint32_t kAblateAcquireSpin = 4;     // poll counters with ld.acquire (L1 invalidated per poll)
+
 // ---- attention work split ----
 // Splits per kv head for `ctas` CTAs: one (kv head, split) item per CTA.
 MEGAQWEN_MK_HD constexpr int attention_splits(int ctas, int kv_heads) {
@@ -115,13 +122,13 @@ struct LayerWeights {
 };
 
 // The host's side of the token stream: pinned, mapped (cudaHostAllocMapped) memory the kernel writes
-// while it runs and the host polls. tokens[i] is valid once count > i.
+// while it runs and the host polls. The host sets every slot to -1 before a launch; the kernel's one
+// 32-bit store of an id (>= 0) is both the data and its valid flag, so no fence (a PCIe round trip)
+// orders anything on the token's critical path, and slots may land in any order.
 struct Mailbox {
-  volatile int32_t count;     // tokens drawn so far in this launch (written after the token)
   volatile int32_t stop;      // the host sets 1 to ask the kernel to stop after the current token
   volatile int32_t finished;  // the kernel sets 1 when it will draw no more tokens
-  int32_t pad;
-  volatile int32_t tokens[kLaunchTokenCap];
+  volatile int32_t tokens[kLaunchTokenCap];  // -1: not drawn (yet)
 };
 
 struct Params {
@@ -161,6 +168,7 @@ struct Params {
   int32_t eos[kMaxEos];
   float eps;
   float attn_scale_log2;  // log2(e) / sqrt(D)
+  uint32_t ablate;        // kAblate* bits (0 in production)
   // Token selection (select.cuh). Every mode first applies the penalties (counts != null) and the
   // temperature to the raw logit, as the CPU Sampler. Then either
   //   top_k == 0: argmax: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id));

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
       // The previous token's selection: Step = t (release by the selecting CTA).
       {
         StageTimer timer(p.timing, c.cta, Stage::Select);
-        wait_at_least(c.counter(Counter::Step), uint32_t(t));
+        wait_at_least(c.counter(Counter::Step), uint32_t(t), c.p.ablate);
       }
       if (threadIdx.x == 0) {
         c.flags[1] = __ldcg(reinterpret_cast<const int*>(c.counter(Counter::Done)));

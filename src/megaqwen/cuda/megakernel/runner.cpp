@@ -60,6 +60,14 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
     fail("megakernel: {} CTAs cannot be co-resident ({} per SM x {} SMs)", ctas_, per_sm, prop.multiProcessorCount);
   splits_ = attention_splits(ctas_, c.num_kv_heads);
   eps_ = float(c.rms_norm_eps);
+  if (const char* env = std::getenv("MEGAQWEN_MK_ABLATE"); env && *env) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(env, &end, 0);
+    if (*end != '\0' || v > (kAblateDeferredRefill | kAblateFences | kAblateAcquireSpin))
+      fail("MEGAQWEN_MK_ABLATE must be a sum of {} (deferred refill), {} (fences), {} (acquire spin); got '{}'",
+           kAblateDeferredRefill, kAblateFences, kAblateAcquireSpin, env);
+    ablate_ = uint32_t(v);
+  }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
@@ -172,7 +180,7 @@ std::string Megakernel::describe() const {
   return "megakernel " + std::string(info_.name) + ", " + std::to_string(ctas_) + " CTAs x " + std::to_string(kThreads) +
          " threads, " + std::to_string(info_.smem_bytes / 1024) + " KB shared memory (" + std::to_string(info_.stages) +
          " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
-         " attention splits per kv head";
+         " attention splits per kv head" + (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
 }
 
 int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token) {
@@ -236,9 +244,9 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
 int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step,
                             float* logits_out, const std::function<bool(int32_t)>& on_token, bool* host_stopped,
                             bool* kernel_finished) {
-  mailbox_host_->count = 0;
   mailbox_host_->stop = 0;
   mailbox_host_->finished = 0;
+  for (int i = 0; i < max_tokens; ++i) mailbox_host_->tokens[i] = -1;  // not drawn (layout.h, Mailbox)
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // The only per-launch preparation: zero the counters (they then count up across all its tokens).
   CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
@@ -276,6 +284,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   for (size_t i = 0; i < req.eos_ids.size(); ++i) p.eos[i] = req.eos_ids[i];
   p.eps = eps_;
   p.attn_scale_log2 = scale_log2_;
+  p.ablate = ablate_;
   p.temperature = req.gumbel || req.top_k > 0 ? req.temperature : 1.0f;  // greedy: penalties only
   p.gumbel = req.gumbel ? 1 : 0;
   p.seed = req.seed;
@@ -308,15 +317,15 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   auto last_progress = std::chrono::steady_clock::now();
   std::vector<uint32_t> watched;
   bool slow_noted = false;
+  bool kernel_done = false;  // the stream completed: every slot the kernel wrote is visible
   for (;;) {
-    const int count = mailbox_host_->count;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (count > seen) {
-      last_progress = std::chrono::steady_clock::now();
-      watched.clear();
-    }
-    while (seen < count && !stopped) {
-      const int32_t id = mailbox_host_->tokens[seen++];
+    int fresh = 0;
+    while (seen < max_tokens && !stopped) {
+      const int32_t id = mailbox_host_->tokens[seen];
+      if (id < 0) break;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      ++seen;
+      ++fresh;
       bool go = false;
       try {
         go = on_token(id);
@@ -331,7 +340,11 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
         mailbox_host_->stop = 1;
       }
     }
-    if (stopped || seen >= max_tokens) break;
+    if (fresh > 0) {
+      last_progress = std::chrono::steady_clock::now();
+      watched.clear();
+    }
+    if (stopped || seen >= max_tokens || kernel_done) break;
     if (watchdog_s > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() > watchdog_s) {
       const int look = dump_counters(seen, &watched);  // prints the table the first time
@@ -350,15 +363,12 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                           std::chrono::duration<double>(std::max(0.0, watchdog_s - 2.0)));
     }
-    if (mailbox_host_->finished) {
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (mailbox_host_->count == seen) break;
-      continue;
-    }
-    const cudaError_t q = cudaStreamQuery(stream_);
+    // The end: once `finished` is set (or the kernel returned), wait for the kernel; then every slot it
+    // wrote is visible (slots may land out of order), and the next round delivers the rest.
+    const cudaError_t q = mailbox_host_->finished ? cudaStreamSynchronize(stream_) : cudaStreamQuery(stream_);
     if (q == cudaSuccess) {
       std::atomic_thread_fence(std::memory_order_acquire);
-      if (mailbox_host_->count == seen) break;  // ended (tokens, if any, are delivered next round)
+      kernel_done = true;
       continue;
     }
     if (q != cudaErrorNotReady) CUDA_CHECK(q);
@@ -371,7 +381,9 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
     std::vector<unsigned long long> t(timing_.size());
     CUDA_CHECK(cudaMemcpy(t.data(), timing_.data(), timing_.bytes(), cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < t.size(); ++i) timing_sum_[i] += t[i];
-    timed_tokens_ += uint64_t(mailbox_host_->count);
+    int drawn = 0;
+    while (drawn < max_tokens && mailbox_host_->tokens[drawn] >= 0) ++drawn;
+    timed_tokens_ += uint64_t(drawn);
   }
   return seen;
 }

@@ -57,6 +57,7 @@ class Megakernel {
 
   int ctas() const { return ctas_; }
   uint64_t launches() const { return launches_; }  // kernel launches so far
+  uint32_t ablate() const { return ablate_; }       // kAblate* bits in effect (0: none)
   std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
   // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
   std::string timing_report() const;
@@ -93,6 +94,7 @@ class Megakernel {
   Mailbox* mailbox_host_ = nullptr;  // cudaHostAlloc(mapped)
   Mailbox* mailbox_dev_ = nullptr;
   int splits_ = 1;
+  uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint64_t timed_tokens_ = 0;
   uint64_t launches_ = 0;
   std::vector<unsigned long long> timing_sum_;

@@ -143,29 +143,37 @@ __device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t
   __syncthreads();
   if (tid == 0) {
     double total = 0.0;
-    for (int i = 0; i < K; ++i) total += s.probs[i];
+    for (int i = 0; i < K; ++i) total += s.probs[i];  // in order: the same sum as the per-op sampler
+    s.total = total;
+  }
+  __syncthreads();
+  // The normalized probabilities, one division per thread (the per-op sampler divides the same
+  // values by the same total inside its loops: identical results, without K serial fp64 divisions).
+  if (tid < K) s.probs[tid] = s.probs[tid] / s.total;
+  __syncthreads();
+  if (tid == 0) {
     int keep = K;
     if (f.top_p < 1.0f) {
       double mass = 0.0;
       int n = 0;
       while (n < keep) {
-        mass += s.probs[n++] / total;
+        mass += s.probs[n++];
         if (mass >= double(f.top_p)) break;
       }
       keep = n;
     }
     if (f.min_p > 0.0f) {
-      const double floor = double(f.min_p) * (s.probs[0] / total);
+      const double floor = double(f.min_p) * s.probs[0];
       int n = 1;
-      while (n < keep && s.probs[n] / total >= floor) ++n;
+      while (n < keep && s.probs[n] >= floor) ++n;
       keep = n;
     }
     double mass = 0.0;
-    for (int i = 0; i < keep; ++i) mass += s.probs[i] / total;
+    for (int i = 0; i < keep; ++i) mass += s.probs[i];
     double r = uniform_at(f.seed, f.step, 0xffffffffu) * mass;
     int chosen = s.cand_i[keep - 1];
     for (int i = 0; i < keep; ++i) {
-      r -= s.probs[i] / total;
+      r -= s.probs[i];
       if (r < 0) {
         chosen = s.cand_i[i];
         break;

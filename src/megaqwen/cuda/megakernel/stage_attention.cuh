@@ -66,7 +66,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   float* sm_q = sm_l + kWarps * G;                      // [G][D] (pre-scaled by log2(e)/sqrt(D))
 
   if (begin < end) {
-    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * uint32_t((G + 2) * D));
+    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * uint32_t((G + 2) * D), c.p.ablate);
     // Prologue: warps 0..G-1 normalize + rotate the group's q heads; warp G the k head (and, for the
     // split that holds the new position, appends k and v to the cache).
     const float* qkv = c.p.qkv + size_t(l) * C::QKV_ROWS;
@@ -91,7 +91,9 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
         kw[lane + 32 * e] = __float2bfloat16_rn(v[e]);
         vw[lane + 32 * e] = __float2bfloat16_rn(__ldcg(qkv + C::Q + C::KV + g * D + lane + 32 * e));
       }
-      __threadfence();  // the cache rows reach L2 before the CTA reads them back with ld.cg
+      // The __syncthreads below makes the rows visible to the CTA's own readers; other CTAs read them
+      // in later tokens, ordered by the Step chain.
+      if (c.p.ablate & kAblateFences) __threadfence();
     }
     __syncthreads();
 
@@ -194,7 +196,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   // Ticket: the last split of (l, g) to arrive merges all non-empty splits into attn[l].
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint32_t ticket = take_ticket(c.counter(Counter::AttnTicket, l, g));
+    const uint32_t ticket = take_ticket(c.counter(Counter::AttnTicket, l, g), c.p.ablate);
     c.flags[0] = ticket == uint32_t(c.t + 1) * uint32_t(c.p.splits) - 1u;
   }
   __syncthreads();
@@ -215,7 +217,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
     }
     __stcg(c.p.attn + size_t(l) * C::Q + (g * G + h) * D + d, O / L);
   }
-  signal_add(c.counter(Counter::AttnReady, l), 1u);
+  signal_add(c.counter(Counter::AttnReady, l), 1u, c.p.ablate);
 }
 
 template <class C>

@@ -15,7 +15,7 @@ template <class C>
 __device__ void stage_down(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::Down);
   if (c.part(Mat::Down).rows > 0) {
-    wait_at_least(c.counter(Counter::MlpDone, l), c.all_ctas());
+    wait_at_least(c.counter(Counter::MlpDone, l), c.all_ctas(), c.p.ablate);
     timer.waited();
     load_vec(c.p.act + size_t(l) * C::I, C::I, c.vec);
     const float* xm = c.p.xmid + size_t(l) * C::H;
@@ -25,7 +25,8 @@ __device__ void stage_down(Ctx<C>& c, int l) {
       if (has1) __stcg(out + row + 1, __ldcg(xm + row + 1) + a1);
     });
   }
-  signal_add(c.counter(Counter::DownDone, l), 1u);
+  signal_add(c.counter(Counter::DownDone, l), 1u, c.p.ablate);
+  c.stream.flush();
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -5,8 +5,8 @@
 //   out:     argmax modes: best_v[cta], best_i[cta]; filtered mode: sel_vals[row] for its rows, then
 //            its top-k candidates cand_v / cand_i / cand_n (select.cuh); logits_out[t, row] when the
 //            tests ask for the raw logits; the selecting CTA: tokens[t], counts[token] += 1 (penalties),
-//            the host mailbox (token, then count, system-scope fence between them), Done when the run
-//            ends (eos id, budget, host stop request)
+//            Done when the run ends (eos id, budget, host stop request), Step, then the host mailbox
+//            slot (and `finished`)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
 //   waits:   DownDone[L - 1] >= ctas * (t + 1)
 //   signals: LmTicket += 1 (acq_rel ticket) from every CTA; the last (ticket == ctas * (t + 1) - 1)
@@ -32,7 +32,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   {
     StageTimer timer(c.p.timing, c.cta, Stage::LmHead);
     if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
-    wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas());
+    wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas(), c.p.ablate);
     timer.waited();
     const float* xf = c.p.x + size_t(C::L) * C::H;
     rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
@@ -69,7 +69,8 @@ __device__ void stage_lm_head(Ctx<C>& c) {
 
   StageTimer timer(c.p.timing, c.cta, Stage::Select);
   __syncthreads();
-  if (threadIdx.x == 0) c.flags[0] = take_ticket(c.counter(Counter::LmTicket)) == c.all_ctas() - 1u;
+  if (threadIdx.x == 0) c.flags[0] = take_ticket(c.counter(Counter::LmTicket), c.p.ablate) == c.all_ctas() - 1u;
+  c.stream.flush();  // the LM head's last refill (the next token's first weights), after the ticket
   __syncthreads();
   if (!c.flags[0]) return;
   int id;
@@ -84,19 +85,18 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     const int token = id == INT_MAX ? 0 : id;
     __stcg(c.p.tokens + c.t, token);
     if (c.p.counts) atomicAdd(c.p.counts + token, 1);  // the next step's penalties see it (Step release)
-    Mailbox* mb = c.p.mailbox;
-    mb->tokens[c.t] = token;
-    __threadfence_system();
-    mb->count = c.t + 1;
     const bool stop = is_stop_token(c, token) || c.t + 1 >= c.p.max_tokens ||
                       __ldcg(reinterpret_cast<const int*>(c.counter(Counter::StopSeen))) != 0;
+    if (stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::Done)), 1);
+    if (c.p.ablate & kAblateFences) __threadfence();
+    st_release(c.counter(Counter::Step), uint32_t(c.t + 1));  // the other CTAs go on from here
+    // The host's copy, off the critical path: one store per slot (layout.h, Mailbox).
+    Mailbox* mb = c.p.mailbox;
+    mb->tokens[c.t] = token;
     if (stop) {
-      __stcg(reinterpret_cast<int*>(c.counter(Counter::Done)), 1);
-      __threadfence_system();
+      __threadfence_system();  // this slot before `finished` (earlier slots: the host waits for the kernel)
       mb->finished = 1;
     }
-    __threadfence();
-    st_release(c.counter(Counter::Step), uint32_t(c.t + 1));
   }
 }
 

@@ -16,7 +16,7 @@ template <class C>
 __device__ void stage_mlp(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::Mlp);
   if (c.part(Mat::GateUp).rows > 0) {
-    wait_at_least(c.counter(Counter::ODone, l), c.all_ctas());
+    wait_at_least(c.counter(Counter::ODone, l), c.all_ctas(), c.p.ablate);
     timer.waited();
     const float* xm = c.p.xmid + size_t(l) * C::H;
     rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xm + i); }, c.p.layers[l].post_norm, c.p.eps, c.vec, c.red);
@@ -25,7 +25,8 @@ __device__ void stage_mlp(Ctx<C>& c, int l) {
       __stcg(out + row / 2, gate / (1.0f + expf(-gate)) * up);  // rows come in aligned pairs
     });
   }
-  signal_add(c.counter(Counter::MlpDone, l), 1u);
+  signal_add(c.counter(Counter::MlpDone, l), 1u, c.p.ablate);
+  c.stream.flush();
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -16,7 +16,7 @@ template <class C>
 __device__ void stage_o_proj(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::OProj);
   if (c.part(Mat::O).rows > 0) {
-    wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS));
+    wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS), c.p.ablate);
     timer.waited();
     load_vec(c.p.attn + size_t(l) * C::Q, C::Q, c.vec);
     float* out = c.p.xmid + size_t(l) * C::H;
@@ -25,7 +25,8 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
       if (has1) __stcg(out + row + 1, c.residual(l, row + 1) + a1);
     });
   }
-  signal_add(c.counter(Counter::ODone, l), 1u);
+  signal_add(c.counter(Counter::ODone, l), 1u, c.p.ablate);
+  c.stream.flush();
 }
 
 }  // namespace megaqwen::cuda::mk

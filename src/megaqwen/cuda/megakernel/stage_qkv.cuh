@@ -17,7 +17,7 @@ __device__ void stage_qkv(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::Qkv);
   const Part& pt = c.part(Mat::Qkv);
   if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
-  if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas());
+  if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
   timer.waited();
   const LayerWeights& w = c.p.layers[l];
   rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, w.input_norm, c.p.eps, c.vec, c.red);
@@ -32,11 +32,9 @@ __device__ void stage_qkv(Ctx<C>& c, int l) {
   if (threadIdx.x < C::KV_HEADS) {
     const int g = threadIdx.x;
     const int n = qkv_group_rows<C>(pt.row0, pt.rows, g);
-    if (n > 0) {
-      __threadfence();
-      red_release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n));
-    }
+    if (n > 0) release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n), c.p.ablate);
   }
+  c.stream.flush();
 }
 
 }  // namespace megaqwen::cuda::mk

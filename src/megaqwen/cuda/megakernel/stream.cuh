@@ -7,6 +7,9 @@
 //   release()  all threads: __syncthreads (everyone is done reading the buffer), then thread 0 refills
 //              that buffer with chunk consumed + kStages and asks L2 to prefetch the chunk kL2Ahead
 //              beyond it (cp.async.bulk.prefetch.L2)
+//   release_deferred() / flush()  release() split in two for a stage's last chunk: the buffer is
+//              free at once, but its refill waits until the stage has signalled its counter (flush),
+//              so the refill's address arithmetic is not on the path to the next CTA's wait
 //   drain()    at exit: wait for every chunk still in flight (a CTA must not exit with a bulk copy
 //              pending into its shared memory)
 // Because a buffer is refilled as soon as it is consumed, the next kStages-1 chunks are in flight
@@ -59,6 +62,7 @@ struct WeightStream {
   const Schedule<C>* sched;
   const Params* p;
   uint32_t issued = 0, consumed = 0;  // identical in every thread
+  uint32_t pending = 0;               // refills deferred by release_deferred()
 
   __device__ void init(uint8_t* buffers, uint64_t* barriers, const Schedule<C>* s, const Params* params) {
     buf = buffers;
@@ -102,7 +106,17 @@ struct WeightStream {
     ++consumed;
     issue();
   }
+  __device__ void release_deferred() {
+    __syncthreads();
+    ++consumed;
+    ++pending;
+  }
+  // All threads: issues the deferred refills.
+  __device__ void flush() {
+    for (; pending > 0; --pending) issue();
+  }
   __device__ void drain() {
+    flush();
     while (consumed < issued) {
       wait();
       ++consumed;

@@ -1,13 +1,18 @@
 // Dependency primitives of the megakernel: counters in global memory that count up across tokens.
 //
-// signal(): every thread's writes of the stage are done (the caller's __syncthreads), then thread 0
-//   makes them visible at GPU scope and adds with red.release.gpu (no return value: a fire-and-forget
-//   reduction at L2).
-// wait_at_least(): thread 0 spins on ld.acquire.gpu until the counter reaches the target, then a
-//   __syncthreads hands the acquired view to the whole CTA (the pattern of cooperative groups' grid
-//   barrier, without the barrier: only the CTAs that need a result wait for it).
+// signal(): every thread's writes of the stage are done (the caller's __syncthreads orders them before
+//   thread 0's next operation), then thread 0 adds with red.release.gpu (no return value: a
+//   fire-and-forget reduction at L2). Release is cumulative over what the barrier ordered before it,
+//   so no separate fence is needed (CUTLASS's GenericBarrier does the same).
+// wait_at_least(): thread 0 polls with relaxed GPU-scope loads (served by L2; an acquire load would
+//   invalidate the SM's L1 on every poll), then one fence.acq_rel makes the observed release an
+//   acquire; a __syncthreads hands that view to the whole CTA (cooperative groups' grid barrier
+//   pattern, without the barrier: only the CTAs that need a result wait for it).
 // ticket(): atom.add.acq_rel.gpu, for "the last one to arrive does the merge" (attention splits,
 //   the LM head's token selection).
+// `ablate` (Params::ablate) puts back the conservative forms, so a benchmark can measure each
+// choice: kAblateFences adds a __threadfence before every release / ticket, kAblateAcquireSpin polls
+// with ld.acquire.
 // Data produced inside the launch is read with ld.global.cg (__ldcg: L2, not the incoherent L1) and
 // never through the read-only path (__ldg), which is kept for the weights.
 #pragma once
@@ -23,6 +28,12 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -41,27 +52,36 @@ __device__ __forceinline__ void nanosleep_hint() {
 }
 
 // Block-wide: returns once *counter >= target (wrap-free: counters stay far below 2^31 in a launch).
-__device__ __forceinline__ void wait_at_least(const uint32_t* counter, uint32_t target) {
+__device__ __forceinline__ void wait_at_least(const uint32_t* counter, uint32_t target, uint32_t ablate = 0) {
   if (threadIdx.x == 0) {
     int spins = 0;
-    while (int32_t(ld_acquire(counter) - target) < 0)
-      if (++spins > 64) nanosleep_hint();
+    if (ablate & kAblateAcquireSpin) {
+      while (int32_t(ld_acquire(counter) - target) < 0)
+        if (++spins > 64) nanosleep_hint();
+    } else {
+      while (int32_t(ld_relaxed(counter) - target) < 0)
+        if (++spins > 64) nanosleep_hint();
+      fence_acq_rel_gpu();
+    }
   }
   __syncthreads();
+}
+
+// Thread 0 only, after a __syncthreads that ordered the CTA's writes: adds with release semantics.
+__device__ __forceinline__ void release_add(uint32_t* counter, uint32_t amount, uint32_t ablate = 0) {
+  if (ablate & kAblateFences) __threadfence();
+  red_release_add(counter, amount);
 }
 
 // Block-wide: the caller has finished writing (all threads); adds `amount` with release semantics.
-__device__ __forceinline__ void signal_add(uint32_t* counter, uint32_t amount) {
+__device__ __forceinline__ void signal_add(uint32_t* counter, uint32_t amount, uint32_t ablate = 0) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    red_release_add(counter, amount);
-  }
+  if (threadIdx.x == 0) release_add(counter, amount, ablate);
 }
 
-// Thread 0 only: the ticket (old value) of an acq_rel add of 1.
-__device__ __forceinline__ uint32_t take_ticket(uint32_t* counter) {
-  __threadfence();
+// Thread 0 only (after a __syncthreads): the ticket (old value) of an acq_rel add of 1.
+__device__ __forceinline__ uint32_t take_ticket(uint32_t* counter, uint32_t ablate = 0) {
+  if (ablate & kAblateFences) __threadfence();
   return atom_add_acq_rel(counter, 1u);
 }
 

@@ -41,6 +41,7 @@ struct TopKShared {
   float cand_v[kMaxTopK];
   int32_t cand_i[kMaxTopK];
   double probs[kMaxTopK];
+  double total;
   int chosen;
 };
 
@@ -70,7 +71,8 @@ __device__ __forceinline__ uint32_t kth_largest(const KeyBlock& kb, int K, TopKS
   for (int shift = 24; shift >= 0; shift -= 8) {
     if (threadIdx.x < 256) s.hist[threadIdx.x] = 0;
     __syncthreads();
-    const uint32_t prefix = s.prefix;
+    // Both read here, between the barriers: warp 0 rewrites them only after the next one.
+    const uint32_t prefix = s.prefix, remaining = s.remaining;
 #pragma unroll
     for (int j = 0; j < kSelPerThread; ++j)
       if (j < kb.per && (kb.key[j] & mask) == prefix) atomicAdd(&s.hist[(kb.key[j] >> shift) & 255u], 1u);
@@ -87,7 +89,7 @@ __device__ __forceinline__ uint32_t kth_largest(const KeyBlock& kb, int K, TopKS
         const uint32_t v = __shfl_down_sync(kFullMask, suffix, o);
         if (lane + o < 32) suffix += v;
       }
-      const uint32_t above = suffix - local, remaining = s.remaining;
+      const uint32_t above = suffix - local;
       if (above < remaining && remaining <= suffix) {
         uint32_t cum = above;
         for (int b = 7; b >= 0; --b) {
