@@ -12,9 +12,10 @@
 //   level 1: each CTA writes its slice's transformed values, then keeps its top min(K, rows) in id
 //            order (cta_top_k)
 //   level 2: the selecting CTA radix-selects the top K of the ctas x K candidates, sorts them (value
-//            descending, id ascending) and runs the CPU Sampler's arithmetic on them: fp64 softmax over
-//            the K, the top-p prefix, the min-p floor, one draw with u keyed by (seed, step, 0xffffffff)
-//            (merge_and_draw), exactly as the per-operator sample_filtered with top_k <= 1024.
+//            descending, id ascending) and runs the Sampler's steps on them: fp64 softmax over the K,
+//            the top-p prefix, the min-p floor, one draw with u keyed by (seed, step, 0xffffffff)
+//            (merge_and_draw), bit for bit as the per-operator sample_filtered with top_k <= 1024
+//            (the CPU Sampler subtracts the top logit in fp32 before exp: last-bit differences).
 // Ties go to the lowest id everywhere: runs are bit-reproducible.
 #pragma once
 
