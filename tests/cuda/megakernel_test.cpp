@@ -29,12 +29,15 @@
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/sampling/sampler.h"
+#include "megakernel/select_test_args.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
 namespace {
 
+using test::greedy_select;
 using test::relative_max_error;
+using test::select_args;
 
 constexpr double kGpuLogitTolerance = 2e-2;
 constexpr double kGpuSelfTolerance = 5e-3;
@@ -60,6 +63,22 @@ cuda::CudaEngineOptions mk_options(int context) {
 }
 cuda::CudaEngineOptions perop_options(int context) {
   return {.context = context, .decode_kernel = cuda::DecodeKernel::PerOp};
+}
+
+// Sampling parameters in one line: temperature, top-k, top-p, min-p, repetition / presence /
+// frequency penalties.
+SamplingParams sampling(float temperature, int top_k, float top_p, float min_p, float repetition, float presence,
+                        float frequency, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repetition;
+  p.presence_penalty = presence;
+  p.frequency_penalty = frequency;
+  p.seed = seed;
+  return p;
 }
 
 SamplingParams greedy_params() {
@@ -148,11 +167,6 @@ struct Selector {
   }
 };
 
-cuda::mk::SelectTestArgs greedy_select(const float* logits) {
-  cuda::mk::SelectTestArgs a;
-  a.logits = logits;
-  return a;
-}
 
 TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
   MQ_REQUIRE_GPU();
@@ -197,24 +211,6 @@ std::vector<double> sampler_probabilities(const std::vector<float>& logits, cons
   return out;
 }
 
-cuda::mk::SelectTestArgs select_args(const float* logits, const SamplingParams& p, const int32_t* counts, uint64_t step) {
-  cuda::mk::SelectTestArgs a;
-  a.logits = logits;
-  const bool top_k_on = !p.greedy() && p.top_k > 0;
-  a.temperature = p.greedy() ? 1.0f : p.temperature;
-  a.gumbel = !p.greedy() && !top_k_on;
-  a.top_k = top_k_on ? p.top_k : 0;
-  a.top_p = p.top_p;
-  a.min_p = p.min_p;
-  a.seed = p.seed;
-  a.step = step;
-  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  a.counts = penalties ? counts : nullptr;
-  a.repetition_penalty = p.repetition_penalty;
-  a.presence_penalty = p.presence_penalty;
-  a.frequency_penalty = p.frequency_penalty;
-  return a;
-}
 
 // Draw frequencies of the kernel's selection (Gumbel-max, and the filtered top-k / top-p / min-p path,
 // with and without penalties) against the CPU Sampler's probabilities. 20,000 draws: a probability's
@@ -230,27 +226,14 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
   for (int32_t id : history) ++counts[size_t(id)];
   auto d = test::upload(logits);
   auto dc = test::upload(counts);
-  struct Case {
-    float temperature;
-    int top_k;
-    float top_p, min_p, repetition, presence, frequency;
-  };
-  const Case cases[] = {{0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},  {1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-                        {0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f}, {1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f},
-                        {0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f}, {1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f},
-                        {1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},  {0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f}};
+  const SamplingParams cases[] = {
+      sampling(0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling(1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),
+      sampling(0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 1234), sampling(1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f, 1234),
+      sampling(0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f, 1234), sampling(1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1234),
+      sampling(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling(0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, 1234)};
   for (int ctas : {5, 1}) {
     Selector sel(ctas, V);
-    for (const Case& c : cases) {
-      SamplingParams p;
-      p.temperature = c.temperature;
-      p.top_k = c.top_k;
-      p.top_p = c.top_p;
-      p.min_p = c.min_p;
-      p.repetition_penalty = c.repetition;
-      p.presence_penalty = c.presence;
-      p.frequency_penalty = c.frequency;
-      p.seed = 1234;
+    for (const SamplingParams& p : cases) {
       const auto want = sampler_probabilities(logits, p, history);
       std::vector<double> freq(size_t(V), 0.0);
       for (int s = 0; s < draws; ++s) {
@@ -262,8 +245,9 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
       for (int i = 0; i < V; ++i) {
         const double sd = std::sqrt(want[size_t(i)] * (1 - want[size_t(i)]) / draws);
         EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 5 * sd + 1e-3)
-            << "id " << i << ", ctas " << ctas << ", T " << c.temperature << " k " << c.top_k << " p " << c.top_p
-            << " min_p " << c.min_p << " penalties " << c.repetition << "/" << c.presence << "/" << c.frequency;
+            << "id " << i << ", ctas " << ctas << ", T " << p.temperature << " k " << p.top_k << " p " << p.top_p
+            << " min_p " << p.min_p << " penalties " << p.repetition_penalty << "/" << p.presence_penalty << "/"
+            << p.frequency_penalty;
         if (want[size_t(i)] == 0.0) {
           EXPECT_EQ(freq[size_t(i)], 0.0) << "id " << i << " is filtered out but was drawn";
         }
@@ -502,27 +486,13 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
 // kernel's counts stood for (the given history plus every earlier draw).
 TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
   const auto prompt = random_ids(16, 16);
-  struct Case {
-    float temperature;
-    int top_k;
-    float top_p, min_p, repetition, presence, frequency;
-  };
-  const Case cases[] = {{0.6f, 20, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f},   // Qwen3 thinking defaults
-                        {0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f},    // non-thinking + presence
-                        {1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f},   // min-p, repetition, frequency
-                        {0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f},     // greedy with penalties
-                        {0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f}};    // Gumbel with a penalty
+  const SamplingParams cases[] = {sampling(0.6f, 20, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 99),   // Qwen3 thinking defaults
+                                  sampling(0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f, 99),    // non-thinking + presence
+                                  sampling(1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f, 99),   // min-p, rep., frequency
+                                  sampling(0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f, 99),     // greedy with penalties
+                                  sampling(0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 99)};    // Gumbel with a penalty
   cuda::CudaEngine mk(model_, mk_options(1024)), perop(model_, perop_options(1024));
-  for (const Case& c : cases) {
-    SamplingParams s;
-    s.temperature = c.temperature;
-    s.top_k = c.top_k;
-    s.top_p = c.top_p;
-    s.min_p = c.min_p;
-    s.repetition_penalty = c.repetition;
-    s.presence_penalty = c.presence;
-    s.frequency_penalty = c.frequency;
-    s.seed = 99;
+  for (const SamplingParams& s : cases) {
     ASSERT_EQ(mk.megakernel_unsupported_reason(s), "");
     mk.truncate(0);
     perop.truncate(0);
@@ -537,8 +507,9 @@ TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
       if (i > 0) history.push_back(run.tokens[i - 1]);
       same += perop.sample_on_device(s, history) == run.tokens[i];
     }
-    EXPECT_GE(same, 30) << "T " << c.temperature << " k " << c.top_k << " p " << c.top_p << " min_p " << c.min_p
-                        << " penalties " << c.repetition << "/" << c.presence << "/" << c.frequency;
+    EXPECT_GE(same, 30) << "T " << s.temperature << " k " << s.top_k << " p " << s.top_p << " min_p " << s.min_p
+                        << " penalties " << s.repetition_penalty << "/" << s.presence_penalty << "/"
+                        << s.frequency_penalty;
   }
   // What it does not serve exactly is refused (Generator then takes the per-operator path).
   SamplingParams nucleus;

@@ -42,6 +42,7 @@
 
 #include "megaqwen/cuda/megakernel/select.cuh"  // topk.cuh, common.cuh (through shim/: the emulator)
 #include "megaqwen/sampling/sampler.h"
+#include "megakernel/select_test_args.h"
 
 namespace megaqwen {
 namespace {
@@ -55,6 +56,8 @@ using cuda::mk::KeyBlock;
 using cuda::mk::SelectTestArgs;
 using cuda::mk::TopKShared;
 using simt::Order;
+using test::greedy_select;
+using test::select_args;
 
 constexpr int kCap = kThreads * kSelPerThread;  // 10,240 keys per block
 
@@ -380,58 +383,22 @@ struct Merged {
   std::vector<int32_t> chosen_by_thread;
 };
 
-// select_test_kernel (src/megaqwen/cuda/megakernel/megakernel.cuh), line for line, with its
-// __shared__ variables in `sh` and take_ticket's acq_rel atomic add as __threadfence + atomicAdd
-// (sync.cuh's is inline PTX; the emulator runs one block at a time). The lines marked "test" only
-// record what the selecting CTA drew from.
+// select_test_kernel (megakernel.cuh): select.cuh's select_over_logits with its __shared__ variables
+// in `sh` and the ticket as __threadfence + atomicAdd (sync.cuh's is inline PTX; the emulator runs one
+// block at a time). The lines marked "test" record what the selecting CTA drew from.
 void select_test_body(const SelectTestArgs a, FlowShared& sh, Merged* merged) {
   using namespace cuda::mk;
-  float* red = sh.red;
-  int& last = sh.last;
-  TopKShared& s = sh.s;
-  const int ctas = int(gridDim.x), cta = int(blockIdx.x);
-  const int per = (a.V + ctas - 1) / ctas;
-  const int begin = min(a.V, cta * per), end = min(a.V, begin + per);
-  const SelectRule rule{a.temperature, a.gumbel ? 1 : 0, a.seed, a.step, a.counts,
-                        a.repetition_penalty, a.presence_penalty, a.frequency_penalty};
-  const bool filtered = a.top_k > 0;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
-    const float v = select_value(rule, a.logits[i], i);
-    if (filtered) __stcg(a.sel_vals + i, v);
-    else if (better_pair(v, i, bv, bi)) bv = v, bi = i;
-  }
-  if (filtered) {
-    __syncthreads();
-    cta_top_k(a.sel_vals, begin, end, a.top_k, cta, a.cand_v, a.cand_i, a.cand_n, s);
-  } else {
-    block_best(bv, bi, red);
-    if (threadIdx.x == 0) {
-      __stcg(a.best_v + cta, bv);
-      __stcg(a.best_i + cta, bi);
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  const int id = select_over_logits(a, sh.red, sh.last, sh.s, [&] {
     __threadfence();
-    last = atomicAdd(a.ticket, 1u) == uint32_t(ctas) - 1u;
-  }
-  __syncthreads();
-  if (!last) return;
-  int id;
-  if (filtered) {
-    id = merge_and_draw(a.cand_v, a.cand_i, a.cand_n, ctas, FilterRule{a.top_k, a.top_p, a.min_p, a.seed, a.step}, s);
-  } else {
-    float v;
-    merge_best(a.best_v, a.best_i, ctas, v, id, red);
-  }
-  if (threadIdx.x == 0) a.out[0] = id == INT_MAX ? 0 : id;
-  if (filtered && merged) {  // test
+    return atomicAdd(a.ticket, 1u);
+  });
+  if (id < 0) return;
+  if (threadIdx.x == 0) a.out[0] = id;
+  if (a.top_k > 0 && merged) {  // test
     merged->chosen_by_thread[threadIdx.x] = id;
     if (threadIdx.x == 0) {
-      merged->v.assign(s.cand_v, s.cand_v + a.top_k);
-      merged->i.assign(s.cand_i, s.cand_i + a.top_k);
+      merged->v.assign(sh.s.cand_v, sh.s.cand_v + a.top_k);
+      merged->i.assign(sh.s.cand_i, sh.s.cand_i + a.top_k);
     }
   }
 }
@@ -473,31 +440,7 @@ struct Selector {
   }
 };
 
-SelectTestArgs greedy_select(const float* logits) {
-  SelectTestArgs a;
-  a.logits = logits;
-  return a;
-}
 
-// As the GPU test's select_args: the kernel's parameters for a SamplingParams.
-SelectTestArgs select_args(const float* logits, const SamplingParams& p, const int32_t* counts, uint64_t step) {
-  SelectTestArgs a;
-  a.logits = logits;
-  const bool top_k_on = !p.greedy() && p.top_k > 0;
-  a.temperature = p.greedy() ? 1.0f : p.temperature;
-  a.gumbel = !p.greedy() && !top_k_on;
-  a.top_k = top_k_on ? p.top_k : 0;
-  a.top_p = p.top_p;
-  a.min_p = p.min_p;
-  a.seed = p.seed;
-  a.step = step;
-  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  a.counts = penalties ? counts : nullptr;
-  a.repetition_penalty = p.repetition_penalty;
-  a.presence_penalty = p.presence_penalty;
-  a.frequency_penalty = p.frequency_penalty;
-  return a;
-}
 
 std::vector<int32_t> counts_of(const std::vector<int32_t>& history, int V) {
   std::vector<int32_t> c(size_t(V), 0);

@@ -77,48 +77,14 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
 #endif
 }
 
-// The token selection alone, for tests: the values of a step given instead of computed (CTA b owns
-// ids [b * ceil(V / ctas), ...), as the LM head's split), the same select_value / block_best /
-// cta_top_k, ticket, merge_best / merge_and_draw path; out[0] = the id. Runs on any sm_70+ device.
+// The token selection alone, for tests (select.cuh, select_over_logits); out[0] = the id. Runs on
+// any sm_70+ device.
 __global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTestArgs a) {
   __shared__ float red[64];
   __shared__ int last;
   __shared__ TopKShared s;
-  const int ctas = int(gridDim.x), cta = int(blockIdx.x);
-  const int per = (a.V + ctas - 1) / ctas;
-  const int begin = min(a.V, cta * per), end = min(a.V, begin + per);
-  const SelectRule rule{a.temperature, a.gumbel ? 1 : 0, a.seed, a.step, a.counts,
-                        a.repetition_penalty, a.presence_penalty, a.frequency_penalty};
-  const bool filtered = a.top_k > 0;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
-    const float v = select_value(rule, a.logits[i], i);
-    if (filtered) __stcg(a.sel_vals + i, v);
-    else if (better_pair(v, i, bv, bi)) bv = v, bi = i;
-  }
-  if (filtered) {
-    __syncthreads();
-    cta_top_k(a.sel_vals, begin, end, a.top_k, cta, a.cand_v, a.cand_i, a.cand_n, s);
-  } else {
-    block_best(bv, bi, red);
-    if (threadIdx.x == 0) {
-      __stcg(a.best_v + cta, bv);
-      __stcg(a.best_i + cta, bi);
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) last = take_ticket(a.ticket) == uint32_t(ctas) - 1u;
-  __syncthreads();
-  if (!last) return;
-  int id;
-  if (filtered) {
-    id = merge_and_draw(a.cand_v, a.cand_i, a.cand_n, ctas, FilterRule{a.top_k, a.top_p, a.min_p, a.seed, a.step}, s);
-  } else {
-    float v;
-    merge_best(a.best_v, a.best_i, ctas, v, id, red);
-  }
-  if (threadIdx.x == 0) a.out[0] = id == INT_MAX ? 0 : id;
+  const int id = select_over_logits(a, red, last, s, [&] { return take_ticket(a.ticket); });
+  if (id >= 0 && threadIdx.x == 0) a.out[0] = id;
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -186,4 +186,52 @@ __device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t
   return s.chosen;
 }
 
+// The token selection alone over given logits (select_test_kernel, and the host emulator's tests):
+// CTA b owns ids [b * ceil(V / ctas), ...) as the LM head's split; the same select_value /
+// block_best / cta_top_k, ticket, merge_best / merge_and_draw path. `ticket()` (thread 0) returns the
+// old value of an acq_rel add of 1 to a.ticket (a parameter: the emulator cannot run sync.cuh's PTX).
+// Block-wide; returns the id in every thread of the selecting CTA, -1 in the others.
+template <class Ticket>
+__device__ __forceinline__ int select_over_logits(const SelectTestArgs& a, float* red, int& last, TopKShared& s,
+                                                  Ticket ticket) {
+  const int ctas = int(gridDim.x), cta = int(blockIdx.x);
+  const int per = (a.V + ctas - 1) / ctas;
+  const int begin = min(a.V, cta * per), end = min(a.V, begin + per);
+  const SelectRule rule{a.temperature, a.gumbel ? 1 : 0, a.seed, a.step, a.counts,
+                        a.repetition_penalty, a.presence_penalty, a.frequency_penalty};
+  const bool filtered = a.top_k > 0;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
+    const float v = select_value(rule, a.logits[i], i);
+    if (filtered) __stcg(a.sel_vals + i, v);
+    else if (better_pair(v, i, bv, bi)) bv = v, bi = i;
+  }
+  if (filtered) {
+    __syncthreads();
+    cta_top_k(a.sel_vals, begin, end, a.top_k, cta, a.cand_v, a.cand_i, a.cand_n, s);
+  } else {
+    block_best(bv, bi, red);
+    if (threadIdx.x == 0) {
+      __stcg(a.best_v + cta, bv);
+      __stcg(a.best_i + cta, bi);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) last = ticket() == uint32_t(ctas) - 1u;
+  __syncthreads();
+  if (!last) return -1;
+  int id;
+  if (filtered) {
+    id = merge_and_draw(a.cand_v, a.cand_i, a.cand_n, ctas, FilterRule{a.top_k, a.top_p, a.min_p, a.seed, a.step}, s);
+  } else {
+    float v;
+    merge_best(a.best_v, a.best_i, ctas, v, id, red);  // the answer is thread 0's
+    if (threadIdx.x == 0) last = id;
+    __syncthreads();
+    id = last;
+  }
+  return id == INT_MAX ? 0 : id;
+}
+
 }  // namespace megaqwen::cuda::mk

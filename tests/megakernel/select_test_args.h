@@ -1,0 +1,40 @@
+// The token selection's parameters (mk::SelectTestArgs) for a SamplingParams, as CudaEngine hands
+// them to the megakernel: shared by the GPU selection tests (tests/cuda) and their host-emulated
+// twins (tests/simt). Plain C++: layout.h has no CUDA types.
+#pragma once
+
+#include <cstdint>
+
+#include "megaqwen/cuda/megakernel/layout.h"
+#include "megaqwen/sampling/sampler.h"
+
+namespace megaqwen::test {
+
+inline cuda::mk::SelectTestArgs select_args(const float* logits, const SamplingParams& p, const int32_t* counts,
+                                            uint64_t step) {
+  cuda::mk::SelectTestArgs a;
+  a.logits = logits;
+  const bool top_k_on = !p.greedy() && p.top_k > 0;
+  a.temperature = p.greedy() ? 1.0f : p.temperature;
+  a.gumbel = !p.greedy() && !top_k_on;
+  a.top_k = top_k_on ? p.top_k : 0;
+  a.top_p = p.top_p;
+  a.min_p = p.min_p;
+  a.seed = p.seed;
+  a.step = step;
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  a.counts = penalties ? counts : nullptr;
+  a.repetition_penalty = p.repetition_penalty;
+  a.presence_penalty = p.presence_penalty;
+  a.frequency_penalty = p.frequency_penalty;
+  return a;
+}
+
+// Greedy over the raw logits.
+inline cuda::mk::SelectTestArgs greedy_select(const float* logits) {
+  cuda::mk::SelectTestArgs a;
+  a.logits = logits;
+  return a;
+}
+
+}  // namespace megaqwen::test
