@@ -125,6 +125,8 @@ struct Fiber {
   Context ctx;
   ThreadRegs regs;
   State state = State::Ready;
+  int slot = 0;                // the resident block it belongs to (Runtime::blocks)
+  bool polling = false;        // Ready because it yielded in a poll (simt::poll), not because it was woken
   const char* what = nullptr;  // the synchronization point it waits at
   Site where;
   char* stack_lo = nullptr;
@@ -140,10 +142,51 @@ struct WarpSlot {
   uint64_t vals[2][32];  // by generation parity: a lane reads generation g while others fill g + 1
 };
 
-// Fiber stacks (mmap'ed with a guard page below), kept across launches.
-struct Stack {
+// An mbarrier (simt::mbarrier_*): the phase in progress, arrivals still expected in it, transaction
+// bytes still expected.
+struct MBarrier {
+  uint32_t phase = 0;
+  uint32_t count = 0;
+  int64_t pending = 0;
+  int64_t tx = 0;
+};
+
+// A bulk copy issued but not yet performed (Options::copies == CopyTiming::AtWait).
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  uint32_t bytes;
+  uint64_t* bar;
+};
+
+// A resident block: its fibers, barrier, warps, shared memory and asynchronous copies.
+struct BlockSlot {
+  uint3 idx{0, 0, 0};
+  int first = 0;  // its first fiber in Runtime::fibers
+  int done = 0;
+  // block barrier
+  int bar_arrived = 0;
+  unsigned bar_gen = 0;
+  const char* bar_what = nullptr;
+  Site bar_where;
+  int bar_first = 0;
+  int bar_count[2] = {0, 0};
+  std::vector<WarpSlot> warps;
+  // shared memory: [static][dynamic]
+  char* shared = nullptr;
+  char* dyn_shared = nullptr;
+  size_t dyn_bytes = 0;
+  std::vector<std::pair<uint64_t*, MBarrier>> bars;  // few per block: a linear search is fine
+  std::vector<PendingCopy> copies;
+};
+
+// Fiber stacks: `bytes` each above a guard page, carved from mmap'ed regions kept across launches.
+// Guard pages split a region into two kernel mappings per stack, and Linux allows ~65,000 mappings
+// per process (vm.max_map_count), so only the first kGuardedStacks stacks get one.
+constexpr size_t kGuardedStacks = 16384;
+struct Region {
   char* map = nullptr;
-  size_t map_size = 0;
+  size_t size = 0;
 };
 
 std::string where_text(const Site& l) {
@@ -164,36 +207,29 @@ struct Runtime {
   Options opt;
   Body body = nullptr;
   void* body_ctx = nullptr;
-  void* shared = nullptr;
-  void* dyn_shared = nullptr;
   dim3 grid, block;
-  uint3 block_idx{0, 0, 0};
   std::mt19937_64 rng;
 
-  // The block.
+  // The resident blocks (one at a time, or the whole grid with Options::coresident) and their fibers.
+  std::vector<BlockSlot> blocks;
   std::vector<Fiber> fibers;
-  std::vector<Stack> stacks;
+  std::vector<Region> regions;
+  std::vector<char*> stacks;  // the lowest usable byte of each (above its guard page)
   size_t stack_bytes = 0;
-  int n = 0, done = 0;
+  int n = 0;     // threads per block
+  int done = 0;  // fibers finished (all resident blocks)
   Context sched;
   Fiber* current = nullptr;
   std::vector<Fiber*> queue;  // ring buffer: a fiber is in it iff its state is Ready
   size_t q_head = 0, q_size = 0;
   std::vector<int> order;     // scratch: wake order
-  // block barrier
-  int bar_arrived = 0;
-  unsigned bar_gen = 0;
-  const char* bar_what = nullptr;
-  Site bar_where;
-  int bar_first = 0;
-  int bar_count[2] = {0, 0};
-  std::vector<WarpSlot> warps;
+  uint64_t idle_polls = 0;    // polls since anything else happened (a spin that never ends: deadlock)
+  std::vector<double> slowness;  // per warp of the resident blocks (Options::skew); empty: no skew
   bool failed = false;
   std::string error;
 
   ~Runtime() {
-    for (auto& s : stacks)
-      if (s.map) munmap(s.map, s.map_size);
+    for (auto& g : regions) munmap(g.map, g.size);
   }
 
   void push(Fiber* f) {
@@ -202,22 +238,32 @@ struct Runtime {
   }
   Fiber* pop() {
     if (q_size == 0) return nullptr;
+    // Skew (Options::skew): a fiber of a slow warp at the head gives up its turn with its warp's
+    // probability, so that warp (and its block, at barriers) falls behind the others.
+    for (int tries = 0; tries < 8 && q_size > 1 && !slowness.empty(); ++tries) {
+      Fiber* head = queue[q_head];
+      const size_t warp = size_t(head->slot) * size_t(n / 32) + size_t(head->regs.warp);
+      if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= slowness[warp]) break;
+      q_head = (q_head + 1) % queue.size();
+      queue[(q_head + q_size - 1) % queue.size()] = head;
+    }
     Fiber* f = queue[q_head];
     q_head = (q_head + 1) % queue.size();
     --q_size;
     return f;
   }
-  // Makes the fibers with linear ids ids[0..count) runnable, in the configured order.
-  void wake(int first, int count) {
+  // Makes `count` fibers of block slot b, from its thread `first`, runnable in the configured order.
+  void wake(const BlockSlot& b, int first, int count) {
     order.resize(size_t(count));
-    std::iota(order.begin(), order.end(), first);
+    std::iota(order.begin(), order.end(), b.first + first);
     if (opt.threads == Order::Reverse) std::reverse(order.begin(), order.end());
     if (opt.threads == Order::Random) std::shuffle(order.begin(), order.end(), rng);
     for (int i : order) push(&fibers[size_t(i)]);
   }
+  void progress() { idle_polls = 0; }
   std::string thread_text(const Fiber& f) const {
     return "thread " + idx_text(f.regs.thread_idx) + " (warp " + std::to_string(f.regs.warp) + " lane " +
-           std::to_string(f.regs.lane) + ") of block " + idx_text(block_idx);
+           std::to_string(f.regs.lane) + ") of block " + idx_text(f.regs.block_idx);
   }
 };
 
@@ -274,8 +320,9 @@ void switch_away(Fiber* me, bool exits) {
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
   Runtime& r = *g_rt;
+  BlockSlot& b = r.blocks[size_t(f->slot)];
   try {
-    r.body(r.body_ctx, r.shared);
+    r.body(r.body_ctx, b.shared);
   } catch (const Fault& e) {
     if (!r.failed) r.error = e.message;
     r.failed = true;
@@ -288,6 +335,12 @@ void switch_away(Fiber* me, bool exits) {
   }
   f->state = State::Done;
   ++r.done;
+  r.progress();
+  if (++b.done == r.n && !b.copies.empty() && !r.failed) {
+    r.error = "simt: block " + idx_text(b.idx) + " exited with " + std::to_string(b.copies.size()) +
+              " bulk copy(ies) into its shared memory still in flight (no wait on their mbarrier)";
+    r.failed = true;
+  }
   switch_away(f, true);
   std::fprintf(stderr, "simt: a finished fiber was resumed\n");
   std::abort();
@@ -338,51 +391,67 @@ void ensure_stacks(Runtime& r, int n) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t bytes = (std::max<size_t>(r.opt.stack_bytes, 16 * 1024) + page - 1) / page * page;
   if (bytes != r.stack_bytes) {
-    for (auto& s : r.stacks)
-      if (s.map) munmap(s.map, s.map_size);
+    for (auto& g : r.regions) munmap(g.map, g.size);
+    r.regions.clear();
     r.stacks.clear();
     r.stack_bytes = bytes;
   }
-  while (r.stacks.size() < size_t(n)) {
-    Stack s;
-    s.map_size = bytes + page;
-    void* m = mmap(nullptr, s.map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) throw Error("simt: cannot map a fiber stack");
-    s.map = static_cast<char*>(m);
-    mprotect(s.map, page, PROT_NONE);  // guard page: an overflow faults
-    r.stacks.push_back(s);
+  if (r.stacks.size() >= size_t(n)) return;
+  const size_t more = size_t(n) - r.stacks.size(), slot = bytes + page;
+  Region g;
+  g.size = more * slot;
+  void* m = mmap(nullptr, g.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) throw Error("simt: cannot map " + std::to_string(more) + " fiber stacks");
+  g.map = static_cast<char*>(m);
+  r.regions.push_back(g);
+  for (size_t i = 0; i < more; ++i) {
+    char* lo = g.map + i * slot;
+    if (r.stacks.size() < kGuardedStacks) mprotect(lo, page, PROT_NONE);  // guard page: an overflow faults
+    r.stacks.push_back(lo + page);
   }
 }
 
-std::string deadlock_report(Runtime& r) {
-  int exited = 0, at_barrier = 0, at_warp = 0;
-  for (const Fiber& f : r.fibers) {
+std::string block_report(Runtime& r, const BlockSlot& b) {
+  int exited = 0, at_barrier = 0, at_warp = 0, polling = 0;
+  const Fiber* poller = nullptr;
+  for (int i = 0; i < r.n; ++i) {
+    const Fiber& f = r.fibers[size_t(b.first + i)];
     exited += f.state == State::Done;
     at_barrier += f.state == State::Barrier;
     at_warp += f.state == State::Warp;
+    if (f.polling) {
+      ++polling;
+      poller = poller ? poller : &f;
+    }
   }
-  std::string m = "simt: deadlock in block " + idx_text(r.block_idx) + ": ";
+  std::string m = "block " + idx_text(b.idx) + ": ";
   if (at_barrier > 0 && exited > 0) {
     const Fiber* e = nullptr;
-    for (const Fiber& f : r.fibers)
-      if (f.state == State::Done) e = e ? e : &f;
+    for (int i = 0; i < r.n && !e; ++i)
+      if (r.fibers[size_t(b.first + i)].state == State::Done) e = &r.fibers[size_t(b.first + i)];
     m += "barrier divergence: " + std::to_string(exited) + " thread(s) exited (first: " + r.thread_text(*e) + ") while " +
-         std::to_string(at_barrier) + " wait at " + r.bar_what + " (" + where_text(r.bar_where) + ")";
-  } else if (at_barrier > 0) {
-    m += std::to_string(at_barrier) + " thread(s) wait at " + std::string(r.bar_what) + " (" + where_text(r.bar_where) +
-         ") while " + std::to_string(at_warp) + " wait at a warp collective";
+         std::to_string(at_barrier) + " wait at " + b.bar_what + " (" + where_text(b.bar_where) + ")";
   } else {
-    m += std::to_string(at_warp) + " thread(s) wait at warp collectives, " + std::to_string(exited) + " exited";
+    std::vector<std::string> parts;
+    if (at_barrier > 0)
+      parts.push_back(std::to_string(at_barrier) + " thread(s) wait at " + std::string(b.bar_what) + " (" +
+                      where_text(b.bar_where) + ")");
+    if (at_warp > 0) parts.push_back(std::to_string(at_warp) + " wait at warp collectives");
+    if (polling > 0)
+      parts.push_back(std::to_string(polling) + " poll (first: " + r.thread_text(*poller) + " at " + poller->what + " " +
+                      where_text(poller->where) + ")");
+    if (exited > 0) parts.push_back(std::to_string(exited) + " exited");
+    for (size_t i = 0; i < parts.size(); ++i) m += (i ? ", " : "") + parts[i];
   }
   // The first incomplete warp collective, with the lanes that are elsewhere.
-  for (size_t w = 0; w < r.warps.size(); ++w) {
-    const WarpSlot& s = r.warps[w];
+  for (size_t w = 0; w < b.warps.size(); ++w) {
+    const WarpSlot& s = b.warps[w];
     if (s.arrived == 0) continue;
     m += "; warp " + std::to_string(w) + ": " + std::to_string(s.arrived) + " lane(s) wait at " + s.what + " (" +
          where_text(s.where) + "), missing lanes:";
     int listed = 0;
     for (int l = 0; l < 32; ++l) {
-      const Fiber& f = r.fibers[w * 32 + size_t(l)];
+      const Fiber& f = r.fibers[size_t(b.first) + w * 32 + size_t(l)];
       if (f.state == State::Warp) continue;
       if (listed++ < 4)
         m += " " + std::to_string(l) + (f.state == State::Done ? " (exited)" : " (at " + std::string(f.what) + " " +
@@ -394,22 +463,45 @@ std::string deadlock_report(Runtime& r) {
   return m;
 }
 
-void run_block(Runtime& r) {
-  for (size_t i = 0; i < r.fibers.size(); ++i) {
-    Fiber& f = r.fibers[i];
-    f.regs.block_idx = r.block_idx;
+// Every unfinished resident block (the first few), one per line.
+std::string deadlock_report(Runtime& r, const char* headline) {
+  std::string m = std::string("simt: ") + headline;
+  int listed = 0, unfinished = 0;
+  for (const BlockSlot& b : r.blocks) {
+    if (b.done == r.n) continue;
+    ++unfinished;
+    if (listed++ < 8) m += "\n  " + block_report(r, b);
+  }
+  if (listed > 8) m += "\n  ... (" + std::to_string(unfinished - 8) + " more block(s))";
+  return m;
+}
+
+void reset_slot(Runtime& r, BlockSlot& b, uint3 idx) {
+  b.idx = idx;
+  b.done = 0;
+  b.bar_arrived = 0;
+  b.bar_gen = 0;
+  for (auto& w : b.warps) w.arrived = 0, w.gen = 0;
+  b.bars.clear();
+  b.copies.clear();
+  for (int i = 0; i < r.n; ++i) {
+    Fiber& f = r.fibers[size_t(b.first + i)];
+    f.regs.block_idx = idx;
     f.state = State::Ready;
+    f.polling = false;
     f.what = "start";
     init_fiber(f);
   }
+}
+
+// Runs every fiber of the resident blocks (reset_slot'ed) to completion.
+void run_resident(Runtime& r) {
   r.done = 0;
   r.q_head = r.q_size = 0;
-  r.bar_arrived = 0;
-  r.bar_gen = 0;
-  for (auto& w : r.warps) w.arrived = 0, w.gen = 0;
+  r.idle_polls = 0;
   r.failed = false;
   r.error.clear();
-  r.wake(0, r.n);
+  for (const BlockSlot& b : r.blocks) r.wake(b, 0, r.n);
   Fiber* first = r.pop();
   r.current = first;
   first->state = State::Running;
@@ -430,7 +522,31 @@ void run_block(Runtime& r) {
   g_regs = nullptr;
   r.current = nullptr;
   if (r.failed) throw Error(r.error);
-  if (r.done != r.n) throw Error(deadlock_report(r));
+  if (r.done != int(r.fibers.size())) throw Error(deadlock_report(r, "deadlock: no thread can run"));
+}
+
+BlockSlot& my_block(Runtime& r) { return r.blocks[size_t(r.current->slot)]; }
+
+MBarrier& find_mbarrier(Runtime& r, uint64_t* bar, const char* what) {
+  for (auto& [addr, m] : my_block(r).bars)
+    if (addr == bar) return m;
+  throw Fault{"simt: " + r.thread_text(*r.current) + ": " + what + " on an mbarrier that was never initialized"};
+}
+
+// An mbarrier's phase completes when its arrivals and transaction bytes are all in.
+void maybe_complete(MBarrier& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.count;
+  }
+}
+
+void perform_copy(Runtime& r, const PendingCopy& c) {
+  std::memcpy(c.dst, c.src, c.bytes);
+  MBarrier& m = find_mbarrier(r, c.bar, "a bulk copy's completion");
+  m.tx -= c.bytes;
+  maybe_complete(m);
+  r.progress();
 }
 
 }  // namespace
@@ -448,46 +564,50 @@ int block_threads() { return rt().n; }
 
 void* dynamic_shared() {
   Runtime& r = rt();
-  return r.dyn_shared;
+  return my_block(r).dyn_shared;
 }
 
 int block_barrier(const char* what, int pred, const Site& loc) {
   Runtime& r = rt();
   Fiber* me = r.current;
-  if (r.bar_arrived == 0) {
-    r.bar_what = what;
-    r.bar_where = loc;
-    r.bar_first = me->regs.linear;
-    r.bar_count[r.bar_gen & 1] = 0;
-  } else if (!same_name(what, r.bar_what) || (r.opt.strict_sites && !same_site(loc, r.bar_where))) {
-    const Fiber& other = r.fibers[size_t(r.bar_first)];
+  BlockSlot& b = my_block(r);
+  r.progress();
+  if (b.bar_arrived == 0) {
+    b.bar_what = what;
+    b.bar_where = loc;
+    b.bar_first = me->regs.linear;
+    b.bar_count[b.bar_gen & 1] = 0;
+  } else if (!same_name(what, b.bar_what) || (r.opt.strict_sites && !same_site(loc, b.bar_where))) {
+    const Fiber& other = r.fibers[size_t(b.first + b.bar_first)];
     throw Fault{"simt: barrier divergence: " + r.thread_text(*me) + " reached " + what + " at " + where_text(loc) +
-                " while " + r.thread_text(other) + " waits at " + r.bar_what + " at " + where_text(r.bar_where)};
+                " while " + r.thread_text(other) + " waits at " + b.bar_what + " at " + where_text(b.bar_where)};
   }
-  const unsigned gen = r.bar_gen;
-  r.bar_count[gen & 1] += pred != 0;
+  const unsigned gen = b.bar_gen;
+  b.bar_count[gen & 1] += pred != 0;
   me->state = State::Barrier;
   me->what = what;
   me->where = loc;
-  if (++r.bar_arrived == r.n) {
-    r.bar_arrived = 0;
-    ++r.bar_gen;
-    r.wake(0, r.n);
+  if (++b.bar_arrived == r.n) {
+    b.bar_arrived = 0;
+    ++b.bar_gen;
+    r.wake(b, 0, r.n);
   }
   switch_away(me, false);
-  return r.bar_count[gen & 1];
+  return b.bar_count[gen & 1];
 }
 
 const uint64_t* warp_collective(const char* what, unsigned mask, uint64_t bits, const Site& loc) {
   Runtime& r = rt();
   Fiber* me = r.current;
+  r.progress();
   if (mask != 0xffffffffu) {
     char m[16];
     std::snprintf(m, sizeof m, "0x%08x", mask);
     throw Fault{"simt: " + r.thread_text(*me) + ": " + what + " at " + where_text(loc) + " with mask " + m +
                 ": the emulator runs full-warp collectives only"};
   }
-  WarpSlot& w = r.warps[size_t(me->regs.warp)];
+  BlockSlot& b = my_block(r);
+  WarpSlot& w = b.warps[size_t(me->regs.warp)];
   if (w.arrived == 0) {
     w.what = what;
     w.where = loc;
@@ -504,11 +624,100 @@ const uint64_t* warp_collective(const char* what, unsigned mask, uint64_t bits, 
   if (++w.arrived == 32) {
     w.arrived = 0;
     ++w.gen;
-    r.wake(me->regs.warp * 32, 32);
+    r.wake(b, me->regs.warp * 32, 32);
   }
   switch_away(me, false);
   return w.vals[gen & 1];
 }
+
+}  // namespace simt::detail
+
+namespace simt {
+
+using detail::Fault;
+
+void poll(const char* what, const Site& loc) {
+  detail::Runtime& r = detail::rt();
+  detail::Fiber* me = r.current;
+  me->what = what;
+  me->where = loc;
+  me->polling = true;
+  // Nothing but polls for this long: every thread that could run is spinning on something no one
+  // will ever change.
+  if (++r.idle_polls > 2'000'000)
+    throw Fault{detail::deadlock_report(r, "deadlock: threads spin on memory that no running thread changes")};
+  r.push(me);
+  detail::switch_away(me, false);
+  me->polling = false;
+}
+
+void mbarrier_init(uint64_t* bar, unsigned count) {
+  detail::Runtime& r = detail::rt();
+  detail::BlockSlot& b = detail::my_block(r);
+  const char* p = reinterpret_cast<const char*>(bar);
+  if (reinterpret_cast<uintptr_t>(bar) % 8 != 0 || p < b.shared || p + 8 > b.dyn_shared + b.dyn_bytes)
+    detail::fault("mbarrier.init outside the block's shared memory or not 8-byte aligned");
+  if (count == 0) detail::fault("mbarrier.init with an arrival count of 0");
+  for (auto& [addr, m] : b.bars)
+    if (addr == bar) {
+      m = detail::MBarrier{0, count, count, 0};
+      return;
+    }
+  b.bars.push_back({bar, detail::MBarrier{0, count, count, 0}});
+}
+
+void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+  detail::Runtime& r = detail::rt();
+  detail::MBarrier& m = detail::find_mbarrier(r, bar, "mbarrier.arrive.expect_tx");
+  if (m.pending == 0) detail::fault("mbarrier.arrive on a phase whose arrivals are all in");
+  m.tx += bytes;
+  --m.pending;
+  detail::maybe_complete(m);
+}
+
+bool mbarrier_try_wait_parity(uint64_t* bar, unsigned parity, const Site& loc) {
+  detail::Runtime& r = detail::rt();
+  detail::MBarrier& m = detail::find_mbarrier(r, bar, "mbarrier.try_wait");
+  if ((m.phase & 1u) != (parity & 1u)) return true;  // the phase of that parity has completed
+  // Still in progress: the copies it waits for land now (CopyTiming::AtWait), and the thread polls
+  // again after the others had a turn.
+  auto& copies = detail::my_block(r).copies;
+  for (size_t i = 0; i < copies.size();) {
+    if (copies[i].bar == bar) {
+      const detail::PendingCopy c = copies[i];
+      copies.erase(copies.begin() + std::ptrdiff_t(i));
+      detail::perform_copy(r, c);
+    } else {
+      ++i;
+    }
+  }
+  poll("mbarrier.try_wait", loc);
+  return false;
+}
+
+void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  detail::Runtime& r = detail::rt();
+  detail::BlockSlot& b = detail::my_block(r);
+  const char* d = static_cast<const char*>(dst);
+  if (bytes == 0 || bytes % 16 != 0) detail::fault("cp.async.bulk of " + std::to_string(bytes) + " bytes (a positive multiple of 16 is required)");
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    detail::fault("cp.async.bulk with an address that is not 16-byte aligned");
+  if (d < b.dyn_shared || d + bytes > b.dyn_shared + b.dyn_bytes)
+    detail::fault("cp.async.bulk destination outside the block's dynamic shared memory");
+  detail::find_mbarrier(r, bar, "cp.async.bulk");
+  const detail::PendingCopy c{dst, src, bytes, bar};
+  if (r.opt.copies == CopyTiming::AtIssue) detail::perform_copy(r, c);
+  else b.copies.push_back(c);
+}
+
+void bulk_prefetch_l2(const void* src, unsigned bytes) {
+  if (bytes == 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    detail::fault("cp.async.bulk.prefetch.L2 of " + std::to_string(bytes) + " bytes at a misaligned or empty range");
+}
+
+}  // namespace simt
+
+namespace simt::detail {
 
 void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Body body, void* ctx, const Options& o) {
   if (g_rt) throw Error("simt: launch from inside a kernel (no dynamic parallelism)");
@@ -517,6 +726,8 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
     throw Error("simt: a block of " + std::to_string(threads) + " threads (the emulator runs 32..1024, a multiple of 32)");
   const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
   if (blocks == 0) throw Error("simt: an empty grid");
+  if (o.coresident && blocks * threads > 131072)
+    throw Error("simt: a co-resident grid of " + std::to_string(blocks * threads) + " threads (at most 131,072)");
   if (!g_cache) g_cache = std::make_unique<Runtime>();
   Runtime& r = *g_cache;
   r.opt = o;
@@ -526,45 +737,77 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
   r.block = block;
   r.rng.seed(o.seed);
   r.n = int(threads);
-  ensure_stacks(r, r.n);
-  r.fibers.assign(size_t(r.n), Fiber{});
-  for (int i = 0; i < r.n; ++i) {
-    Fiber& f = r.fibers[size_t(i)];
-    f.regs.thread_idx = {unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
-    f.regs.block_dim = block;
-    f.regs.grid_dim = grid;
-    f.regs.linear = i;
-    f.regs.lane = i % 32;
-    f.regs.warp = i / 32;
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    f.stack_lo = r.stacks[size_t(i)].map + page;
-    f.stack_size = r.stack_bytes;
+  const int resident = o.coresident ? int(blocks) : 1;
+  ensure_stacks(r, r.n * resident);
+  r.fibers.assign(size_t(r.n) * size_t(resident), Fiber{});
+  r.blocks.assign(size_t(resident), BlockSlot{});
+  for (int s = 0; s < resident; ++s) {
+    BlockSlot& b = r.blocks[size_t(s)];
+    b.first = s * r.n;
+    b.warps.assign(size_t(r.n / 32), WarpSlot{});
+    for (int i = 0; i < r.n; ++i) {
+      Fiber& f = r.fibers[size_t(b.first + i)];
+      f.regs.thread_idx = {unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
+      f.regs.block_dim = block;
+      f.regs.grid_dim = grid;
+      f.regs.linear = i;
+      f.regs.lane = i % 32;
+      f.regs.warp = i / 32;
+      f.slot = s;
+      f.stack_lo = r.stacks[size_t(b.first + i)];
+      f.stack_size = r.stack_bytes;
+    }
   }
-  r.queue.assign(size_t(r.n), nullptr);
-  r.warps.assign(size_t(r.n / 32), WarpSlot{});
-  // Shared memory: [static (shared_bytes)][dynamic], fresh for every block.
+  r.queue.assign(r.fibers.size(), nullptr);
+  // Shared memory of each resident block: [static (shared_bytes)][dynamic], 0xA5-filled per block.
   const size_t align = std::max<size_t>(shared_align, 16);
   const size_t dyn_off = (shared_bytes + 15) / 16 * 16;
-  const size_t total = std::max<size_t>(dyn_off + o.dynamic_shared_bytes, 16);
+  const size_t per_block = (std::max<size_t>(dyn_off + o.dynamic_shared_bytes, 16) + align - 1) / align * align;
+  const size_t total = per_block * size_t(resident);
   struct Free {
     size_t align;
     void operator()(void* p) const { ::operator delete(p, std::align_val_t(align)); }
   };
   std::unique_ptr<void, Free> mem(::operator new(total, std::align_val_t(align)), Free{align});
-  r.shared = mem.get();
-  r.dyn_shared = static_cast<char*>(mem.get()) + dyn_off;
+  for (int s = 0; s < resident; ++s) {
+    BlockSlot& b = r.blocks[size_t(s)];
+    b.shared = static_cast<char*>(mem.get()) + size_t(s) * per_block;
+    b.dyn_shared = b.shared + dyn_off;
+    b.dyn_bytes = o.dynamic_shared_bytes;
+  }
+
+  r.slowness.clear();
+  if (o.skew > 0.0) {
+    // A random half of the blocks is slow, and a random half of the warps of every block: a warp gives
+    // up its turn with probability 1 - (1 - block's) (1 - its own), each drawn in [skew / 2, skew].
+    auto draw = [&] { return r.rng() % 2 ? std::uniform_real_distribution<double>(o.skew / 2, o.skew)(r.rng) : 0.0; };
+    for (int s = 0; s < resident; ++s) {
+      const double block_p = resident > 1 ? draw() : 0.0;
+      for (int w = 0; w < r.n / 32; ++w) r.slowness.push_back(1.0 - (1.0 - block_p) * (1.0 - draw()));
+    }
+  }
 
   std::vector<uint64_t> block_order(blocks);
   std::iota(block_order.begin(), block_order.end(), uint64_t(0));
   if (o.blocks == Order::Reverse) std::reverse(block_order.begin(), block_order.end());
   if (o.blocks == Order::Random) std::shuffle(block_order.begin(), block_order.end(), r.rng);
+  auto idx_of = [&](uint64_t b) {
+    return uint3{unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
+  };
 
   g_rt = &r;
   try {
-    for (uint64_t b : block_order) {
-      r.block_idx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
-      std::memset(mem.get(), 0xA5, total);
-      run_block(r);
+    std::memset(mem.get(), 0xA5, total);
+    if (o.coresident) {
+      // Slot s holds the s-th block of the order: the initial run queue follows the block order.
+      for (int s = 0; s < resident; ++s) reset_slot(r, r.blocks[size_t(s)], idx_of(block_order[size_t(s)]));
+      run_resident(r);
+    } else {
+      for (uint64_t b : block_order) {
+        std::memset(mem.get(), 0xA5, total);
+        reset_slot(r, r.blocks[0], idx_of(b));
+        run_resident(r);
+      }
     }
   } catch (...) {
     g_rt = nullptr;

@@ -1,9 +1,11 @@
 // simt: a host-side SIMT emulator that runs CUDA block-level device code on the CPU, so CPU-only CI
 // can execute the real device functions (the megakernel's selection primitives, ...) and check them.
 //
-// Model. A launch runs the grid's blocks one after another (a block never waits on another block in
-// the code this is for; tickets and "last block merges" flows work, spin-waits on other blocks do
-// not). A block is N threads (N a multiple of 32, at most 1024), one fiber per thread with its own
+// Model. A launch runs the grid's blocks one after another (tickets and "last block merges" flows
+// work, spin-waits on other blocks do not), or, with Options::coresident, all of them at once: the
+// fibers of every block share one run queue, as a persistent kernel's CTAs share the GPU, and a
+// thread that spins on memory another block writes calls simt::poll() in its loop to let the others
+// run (the megakernel's counter waits do, under MEGAQWEN_SIMT). A block is N threads (N a multiple of 32, at most 1024), one fiber per thread with its own
 // stack, on the calling OS thread (no OS threads). Scheduling is cooperative: a fiber runs until it
 // reaches a synchronization point and then the next runnable fiber runs (a direct fiber-to-fiber
 // switch; x86-64: a few instructions of assembly, elsewhere ucontext). Synchronization points:
@@ -31,7 +33,12 @@
 //   - warp divergence: lanes of a warp at different collectives (or one lane exited / waits at a
 //     block barrier while others wait at a collective); a partial mask;
 //   - an exception thrown by device code (including __trap()), or use of threadIdx & co outside
-//     a kernel.
+//     a kernel;
+//   - co-resident grids: threads that only poll, with nothing else happening, for 2 million polls
+//     (a spin on a counter no one will advance), with every unfinished block's state;
+//   - Hopper bulk copies (simt::bulk_copy_g2s): a size that is not a positive multiple of 16, a
+//     misaligned address, a destination outside the block's dynamic shared memory, an uninitialized
+//     mbarrier, a block that exits with a copy still in flight.
 // Stack overflow hits a guard page (SIGSEGV) rather than corrupting memory.
 //
 // The CUDA names (threadIdx, __syncthreads, __shfl_xor_sync, atomicAdd, __ldcg, __float_as_uint,
@@ -87,6 +94,12 @@ struct dim3 {
   constexpr operator uint3() const { return {x, y, z}; }
 };
 constexpr int warpSize = 32;
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 namespace simt {
 
@@ -114,9 +127,22 @@ class Error : public std::runtime_error {
 // The order in which runnable threads resume (threads) and the grid's blocks run (blocks).
 enum class Order { Forward, Reverse, Random };
 
+// When a bulk copy's bytes land in shared memory: at once (AtIssue), or only when a thread first
+// finds its mbarrier's phase incomplete (AtWait: code that reads the buffer before waiting reads
+// stale bytes).
+enum class CopyTiming { AtIssue, AtWait };
+
 struct Options {
   Order threads = Order::Forward;
-  Order blocks = Order::Forward;
+  Order blocks = Order::Forward;     // sequential: the order blocks run; coresident: the initial queue
+  bool coresident = false;           // every block resident at once (at most 131,072 threads in all)
+  CopyTiming copies = CopyTiming::AtWait;
+  // 0..1, how unevenly warps and blocks advance. A random half of the blocks (co-resident grids) and a
+  // random half of each block's warps get a probability in [skew / 2, skew] of giving up their turn
+  // whenever one of their threads would run next, so they lag and the others reach their waits early
+  // (a wait that passes too soon, a buffer refilled while a slow warp still reads it, then shows as
+  // wrong data). 0: every runnable thread in turn.
+  double skew = 0.0;
   uint64_t seed = 1;                 // for Order::Random
   bool strict_sites = true;          // all threads of a barrier / lanes of a collective at the same call site
   size_t dynamic_shared_bytes = 0;   // simt::dynamic_shared() of every block (0xA5-filled)
@@ -186,6 +212,21 @@ void launch_shared(dim3 grid, dim3 block, F&& body, const Options& o = {}) {
                  [](void* ctx, void* shared) { (*static_cast<Fn*>(ctx))(*static_cast<Shared*>(shared)); },
                  const_cast<void*>(static_cast<const void*>(&body)), o);
 }
+
+// ---- spinning and Hopper's asynchronous copies (for device code built with MEGAQWEN_SIMT) ----
+// One iteration of a spin-wait: the other runnable threads (of every resident block) take a turn.
+void poll(const char* what, const Site& loc = Site::current());
+// mbarrier with arrival count and transaction bytes, as PTX mbarrier.{init, arrive.expect_tx,
+// try_wait.parity}; the barrier lives in the block's shared memory (its state is kept aside).
+void mbarrier_init(uint64_t* bar, unsigned count);
+void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes);
+// True once the phase of parity `parity` has completed; otherwise lands the copies that barrier
+// waits for (CopyTiming::AtWait), polls once and returns false.
+bool mbarrier_try_wait_parity(uint64_t* bar, unsigned parity, const Site& loc = Site::current());
+// cp.async.bulk global -> shared, completing `bytes` transaction bytes on `bar` (Options::copies).
+void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar);
+// cp.async.bulk.prefetch.L2: only its alignment rules are checked.
+void bulk_prefetch_l2(const void* src, unsigned bytes);
 
 // The block's dynamic shared memory (Options::dynamic_shared_bytes), as `extern __shared__`.
 template <class T = unsigned char>

@@ -1,10 +1,12 @@
 // The simt emulator itself (tests/simt/simt.h): CUDA semantics of the built-in variables, block
 // barriers, warp shuffles / votes, atomics and shared memory, the thread and block orders, and the
 // readable errors for what would hang or be undefined on a GPU (barrier and warp divergence, partial
-// masks, exceptions, use outside a kernel).
+// masks, exceptions, use outside a kernel); co-resident grids (blocks that spin on each other, the
+// spin deadlock report, skew) and Hopper's mbarriers and bulk copies with their rules.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <string>
@@ -326,6 +328,163 @@ TEST(SimtEmulator, MisuseIsReported) {
               });
             }).find("inside a kernel"),
             std::string::npos);
+}
+
+// ---- co-resident grids ----
+
+// A chain: block b waits for block b - 1's flag, then sets its own; the blocks run in reverse
+// order, so every one but block 0 spins first. Only a co-resident grid can finish this.
+TEST(SimtEmulator, CoresidentBlocksWaitOnEachOther) {
+  for (Order order : {Order::Forward, Order::Reverse, Order::Random}) {
+    std::vector<unsigned> flag(6, 0);
+    std::vector<int> finish_order;
+    simt::Options o;
+    o.coresident = true;
+    o.blocks = order;
+    o.threads = order;
+    o.skew = 0.5;
+    simt::launch(dim3(6), dim3(64), [&] {
+      const unsigned b = blockIdx.x;
+      if (threadIdx.x == 0 && b > 0)
+        while (flag[b - 1] == 0) simt::poll("flag");
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        flag[b] = 1;
+        finish_order.push_back(int(b));
+      }
+    }, o);
+    EXPECT_EQ(finish_order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  }
+}
+
+TEST(SimtEmulator, SequentialBlocksCannotWaitOnALaterBlock) {
+  std::vector<unsigned> flag(2, 0);
+  const std::string m = error_of([&] {
+    simt::launch(dim3(2), dim3(32), [&] {
+      if (blockIdx.x == 0)
+        while (flag[1] == 0) simt::poll("flag of block 1");
+      flag[blockIdx.x] = 1;
+    });
+  });
+  EXPECT_NE(m.find("deadlock: threads spin"), std::string::npos) << m;
+  EXPECT_NE(m.find("flag of block 1"), std::string::npos) << m;
+}
+
+TEST(SimtEmulator, SpinOnMemoryNoOneWritesIsADeadlockWithEveryBlocksState) {
+  unsigned never = 0;
+  simt::Options o;
+  o.coresident = true;
+  const std::string m = error_of([&] {
+    simt::launch(dim3(3), dim3(64), [&] {
+      if (blockIdx.x == 1 && threadIdx.x == 0)
+        while (never == 0) simt::poll("the never flag");
+      __syncthreads();
+    }, o);
+  });
+  EXPECT_NE(m.find("deadlock: threads spin on memory"), std::string::npos) << m;
+  EXPECT_NE(m.find("block (1,0,0): 63 thread(s) wait at __syncthreads"), std::string::npos) << m;
+  EXPECT_NE(m.find("1 poll (first: thread (0,0,0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("the never flag"), std::string::npos) << m;
+}
+
+TEST(SimtEmulator, CoresidentGridOverTheThreadCapIsRefused) {
+  simt::Options o;
+  o.coresident = true;
+  EXPECT_NE(error_of([&] { simt::launch(dim3(129), dim3(1024), [] {}, o); }).find("at most 131,072"), std::string::npos);
+}
+
+// ---- mbarriers and bulk copies ----
+
+struct alignas(16) CopyShared {
+  uint64_t bar[2];
+  uint8_t buf[2][256];
+};
+
+// A two-buffer ring of bulk copies, as the megakernel's weight stream: thread 0 arms the mbarrier
+// with the byte count and issues the copy; everyone waits on the phase parity, reads, and the
+// buffer is refilled after a barrier. Under both copy timings the data arrive intact; right after
+// the issue the buffer holds the new bytes under AtIssue and still the old ones under AtWait.
+TEST(SimtEmulator, BulkCopiesCompleteTheirMbarrierPhases) {
+  std::vector<uint8_t> src(8 * 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + i / 256 * 13 + 3);  // chunks differ
+  for (simt::CopyTiming timing : {simt::CopyTiming::AtIssue, simt::CopyTiming::AtWait}) {
+    simt::Options o;
+    o.copies = timing;
+    o.threads = Order::Random;
+    o.dynamic_shared_bytes = sizeof(CopyShared);
+    int bad = 0, stale_after_issue = 0;
+    simt::launch(dim3(1), dim3(64), [&] {
+      auto& s = *simt::dynamic_shared<CopyShared>();
+      auto issue = [&](int b, int chunk) {
+        simt::mbarrier_arrive_expect_tx(&s.bar[b], 256);
+        simt::bulk_copy_g2s(s.buf[b], src.data() + size_t(chunk) * 256, 256, &s.bar[b]);
+        stale_after_issue += s.buf[b][5] != src[size_t(chunk) * 256 + 5];
+      };
+      if (threadIdx.x == 0) {
+        simt::mbarrier_init(&s.bar[0], 1);
+        simt::mbarrier_init(&s.bar[1], 1);
+        std::memset(s.buf, 0, sizeof s.buf);
+        issue(0, 0);
+        issue(1, 1);
+      }
+      __syncthreads();
+      for (int chunk = 0; chunk < 8; ++chunk) {
+        const int b = chunk % 2;
+        while (!simt::mbarrier_try_wait_parity(&s.bar[b], unsigned(chunk / 2) & 1u)) {
+        }
+        for (int i = int(threadIdx.x); i < 256; i += 64)
+          if (s.buf[b][i] != src[size_t(chunk) * 256 + size_t(i)]) ++bad;
+        __syncthreads();
+        if (threadIdx.x == 0 && chunk + 2 < 8) issue(b, chunk + 2);
+      }
+    }, o);
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(stale_after_issue, timing == simt::CopyTiming::AtWait ? 8 : 0);
+  }
+}
+
+TEST(SimtEmulator, BulkCopyRulesAreEnforced) {
+  alignas(16) static uint8_t src[512];
+  simt::Options o;
+  o.dynamic_shared_bytes = sizeof(CopyShared);
+  auto copy_error = [&](auto&& body) {
+    return error_of([&] {
+      simt::launch(dim3(1), dim3(32), [&] {
+        auto& s = *simt::dynamic_shared<CopyShared>();
+        if (threadIdx.x == 0) body(s);
+      }, o);
+    });
+  };
+  EXPECT_NE(copy_error([](CopyShared& s) {
+              simt::mbarrier_init(&s.bar[0], 1);
+              simt::bulk_copy_g2s(s.buf[0], src, 24, &s.bar[0]);
+            }).find("multiple of 16"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared& s) {
+              simt::mbarrier_init(&s.bar[0], 1);
+              simt::bulk_copy_g2s(s.buf[0], src + 8, 32, &s.bar[0]);
+            }).find("16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared& s) {
+              simt::mbarrier_init(&s.bar[0], 1);
+              simt::bulk_copy_g2s(s.buf[1] + 128, src, 256, &s.bar[0]);
+            }).find("outside the block's dynamic shared memory"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared& s) { simt::bulk_copy_g2s(s.buf[0], src, 32, &s.bar[0]); }).find("never initialized"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared& s) {
+              simt::mbarrier_init(&s.bar[0], 1);
+              simt::mbarrier_arrive_expect_tx(&s.bar[0], 32);
+              simt::bulk_copy_g2s(s.buf[0], src, 32, &s.bar[0]);  // never waited for (AtWait: still in flight)
+            }).find("exited with 1 bulk copy(ies)"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared& s) {
+              simt::mbarrier_init(&s.bar[0], 1);
+              simt::mbarrier_arrive_expect_tx(&s.bar[0], 32);
+              simt::mbarrier_arrive_expect_tx(&s.bar[0], 32);
+            }).find("arrivals are all in"),
+            std::string::npos);
+  EXPECT_NE(copy_error([](CopyShared&) { simt::bulk_prefetch_l2(src + 4, 64); }).find("misaligned"), std::string::npos);
 }
 
 }  // namespace

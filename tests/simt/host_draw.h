@@ -1,0 +1,108 @@
+// Exact host computations of the megakernel's token selection, shared by the emulator suites
+// (topk_select_simt_test.cpp: the selection alone; megakernel_simt_test.cpp: the whole kernel): the
+// CPU Sampler's transformed logits and candidates, and the filtered draw merge_and_draw must make.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "megaqwen/cuda/kernels/common.cuh"  // uniform_at (through shim/: the emulator)
+#include "megaqwen/sampling/sampler.h"
+
+namespace megaqwen::test {
+
+inline std::vector<int32_t> counts_of(const std::vector<int32_t>& history, int V) {
+  std::vector<int32_t> c(size_t(V), 0);
+  for (int32_t id : history) ++c[size_t(id)];
+  return c;
+}
+
+// The CPU Sampler's transformed logits (penalties, temperature); NaN given as -inf, which is what
+// select_value makes of it (the Sampler's sort needs ordered values).
+inline std::vector<float> sampler_transformed(std::vector<float> logits, const SamplingParams& p, const std::vector<int32_t>& history,
+                                       std::vector<Sampler::Candidate>* dist) {
+  for (float& l : logits)
+    if (l != l) l = -INFINITY;
+  Sampler s(p);
+  auto d = s.distribution(logits, history);  // transforms `logits` in place
+  if (dist) *dist = std::move(d);
+  return logits;
+}
+
+inline int32_t lowest_argmax(const std::vector<float>& v) {
+  int32_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+// The filtered draw the kernel must make, computed on the host: the Sampler's candidates (their
+// order), the kernel's K = top_k list (value desc, id asc; the Sampler's kept candidates are its
+// prefix), and merge_and_draw's arithmetic on them: fp64 exp(v - top) (the difference taken in double,
+// as the kernel), normalized by the sum over the K, the top-p prefix, the min-p floor, r = u * mass
+// with u = cuda::uniform_at(seed, step, 0xffffffff), subtract until negative.
+struct HostDraw {
+  int32_t id = -1;
+  std::vector<int32_t> top;  // the K candidates, best first
+  std::vector<float> top_v;
+  size_t keep = 0;
+};
+inline HostDraw host_filtered_draw(const std::vector<float>& logits, const SamplingParams& p, const std::vector<int32_t>& history,
+                            uint64_t step) {
+  std::vector<Sampler::Candidate> dist;
+  const std::vector<float> t = sampler_transformed(logits, p, history, &dist);
+  const int V = int(t.size()), K = p.top_k;
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+    return t[size_t(a)] > t[size_t(b)] || (t[size_t(a)] == t[size_t(b)] && a < b);
+  });
+  HostDraw h;
+  h.top.assign(order.begin(), order.begin() + K);
+  for (int32_t i : h.top) h.top_v.push_back(t[size_t(i)]);
+  EXPECT_LE(dist.size(), size_t(K));
+  for (size_t j = 0; j < dist.size() && j < size_t(K); ++j)
+    EXPECT_EQ(dist[j].id, h.top[j]) << "the Sampler's candidate " << j << " is not the kernel's";
+  std::vector<double> probs(static_cast<size_t>(K));
+  const float top = h.top_v[0];
+  double total = 0.0;
+  for (int i = 0; i < K; ++i) probs[size_t(i)] = std::exp(double(h.top_v[size_t(i)]) - double(top));
+  for (int i = 0; i < K; ++i) total += probs[size_t(i)];
+  int keep = K;
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    int n = 0;
+    while (n < keep) {
+      mass += probs[size_t(n++)] / total;
+      if (mass >= double(p.top_p)) break;
+    }
+    keep = n;
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = double(p.min_p) * (probs[0] / total);
+    int n = 1;
+    while (n < keep && probs[size_t(n)] / total >= floor) ++n;
+    keep = n;
+  }
+  h.keep = size_t(keep);
+  EXPECT_EQ(h.keep, dist.size()) << "kept candidates: the kernel's arithmetic vs the Sampler's";
+  double mass = 0.0;
+  for (int i = 0; i < keep; ++i) mass += probs[size_t(i)] / total;
+  double r = cuda::uniform_at(p.seed, step, 0xffffffffu) * mass;
+  h.id = h.top[size_t(keep - 1)];
+  for (int i = 0; i < keep; ++i) {
+    r -= probs[size_t(i)] / total;
+    if (r < 0) {
+      h.id = h.top[size_t(i)];
+      break;
+    }
+  }
+  return h;
+}
+
+}  // namespace megaqwen::test
