@@ -15,4 +15,5 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40u)};  // NaN stays a (quiet) NaN
   return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float(unsigned(b.__x) << 16); }
