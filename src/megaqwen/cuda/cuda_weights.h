@@ -1,12 +1,9 @@
 // CudaWeights: a Qwen3 checkpoint's weights on the GPU, uploaded once.
 //
 // Linear weights stay bf16 (as published checkpoints store them); an f16 or f32 checkpoint is
-// converted to bf16 on the host during upload (round to nearest even), which the CPU reference does
-// not do, so such a model matches the CPU engine only to bf16 precision. Norm weights (tiny) are
-// converted to fp32. Two rearrangements, both exact:
-//   qkv      [Q + 2KV, H]: q_proj, k_proj, v_proj rows stacked, so one GEMV/GEMM makes q | k | v;
-//   gate_up  [2I, H]:      gate_proj row i at row 2i, up_proj row i at row 2i + 1, so SwiGLU pairs
-//                          are adjacent (the GEMV epilogue and the prefill SwiGLU kernel use that).
+// converted to bf16 on the host during upload, which the CPU reference does not do, so such a model
+// matches the CPU engine only to bf16 precision. The layout (stacked qkv, interleaved gate/up) is
+// model/gpu_layout.h's.
 #pragma once
 
 #include <cstdint>

@@ -335,6 +335,14 @@ std::string model_config_json(const ModelConfig& c) {
 void write_synthetic_model(const SynthOptions& o) {
   const SynthPreset& preset = find_synth_preset(o.preset);
   ModelConfig config = preset.config;
+  if (o.vocab_size < 0) fail("a vocabulary of {} tokens", o.vocab_size);
+  if (o.vocab_size > 0) {
+    if (!o.tokenizer_dir.empty()) fail("a vocabulary size other than the preset's cannot take the tokenizer files");
+    config.vocab_size = o.vocab_size;
+    // Special ids must lie in the vocabulary: the last id ends a sequence, there is no bos.
+    config.bos_token_id = -1;
+    config.eos_token_ids = {o.vocab_size - 1};
+  }
   config.torch_dtype = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
   if (o.dtype != DType::BF16 && o.dtype != DType::F16 && o.dtype != DType::F32)
     fail("synthetic weights can be BF16, F16 or F32, not {}", dtype_name(o.dtype));
@@ -359,7 +367,11 @@ void write_synthetic_model(const SynthOptions& o) {
     if (copied == 0) fail("{} holds no tokenizer files (tokenizer.json or vocab.json + merges.txt)", o.tokenizer_dir.string());
   }
   write_text(o.out_dir / "config.json", model_config_json(config));
-  if (!has_generation_config) {
+  if (!has_generation_config && o.vocab_size > 0) {
+    const nlohmann::ordered_json g{{"do_sample", true}, {"eos_token_id", config.eos_token_ids}, {"temperature", 0.6},
+                                   {"top_k", 20}, {"top_p", 0.95}};
+    write_text(o.out_dir / "generation_config.json", g.dump(2) + "\n");
+  } else if (!has_generation_config) {
     // Stop on <|im_end|> and <|endoftext|> of the model's vocabulary.
     nlohmann::ordered_json g = config.is_hybrid()
         ? nlohmann::ordered_json{{"do_sample", true}, {"eos_token_id", {248046, 248044}}, {"pad_token_id", 248044},

@@ -32,6 +32,8 @@ struct SynthOptions {
   DType dtype = DType::BF16;
   std::filesystem::path out_dir;
   std::filesystem::path tokenizer_dir;  // tokenizer files copied from here when not empty
+  int vocab_size = 0;                   // > 0: this vocabulary instead of the preset's (fast emulator
+                                        // tests; the model then has no matching tokenizer)
   int threads = 0;
 };
 

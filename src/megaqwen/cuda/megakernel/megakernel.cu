@@ -10,6 +10,26 @@
 
 namespace megaqwen::cuda::mk {
 
+template <class C>
+__global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t smem[];
+  megakernel_body<C>(p, smem);
+#else
+  __trap();  // sm_90+ only (cp.async.bulk, mbarrier transaction counts); the host never launches it elsewhere
+#endif
+}
+
+// The token selection alone, for tests (select.cuh, select_over_logits); out[0] = the id. Runs on
+// any sm_70+ device.
+__global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTestArgs a) {
+  __shared__ float red[64];
+  __shared__ int last;
+  __shared__ TopKShared s;
+  const int id = select_over_logits(a, red, last, s, [&] { return take_ticket(a.ticket); });
+  if (id >= 0 && threadIdx.x == 0) a.out[0] = id;
+}
+
 namespace {
 
 template <class C>

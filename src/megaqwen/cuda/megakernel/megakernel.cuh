@@ -9,6 +9,7 @@
 // those waits across stage, layer and token boundaries.
 // Shared memory (configs.cuh): [kStages weight buffers][vector / attention scratch][small: mbarriers,
 // reduction scratch, flags, the schedule].
+// This file is the kernel's body; the __global__ kernels and their launchers are in megakernel.cu.
 #pragma once
 
 #include "megaqwen/cuda/megakernel/stage_attention.cuh"
@@ -26,13 +27,14 @@ constexpr int kSmallRed = 64;      // 64 floats
 constexpr int kSmallFlags = 320;   // 16 ints
 constexpr int kSmallSched = 384;   // Schedule<C>
 
+// One CTA's whole launch. `smem`: C::kSmemBytes of dynamic shared memory, 128-byte aligned. The
+// __global__ wrapper (megakernel.cu) passes its `extern __shared__` array; the host SIMT emulator
+// (tests/simt, built with MEGAQWEN_SIMT) calls this directly for every CTA of a co-resident grid.
 template <class C>
-__global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ Params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) {
   static_assert(C::kStages * 8 <= kSmallRed, "mbarriers overflow their slot");
   static_assert(kSmallSched + sizeof(Schedule<C>) <= C::kSmallBytes, "the schedule does not fit the small region");
   static_assert(sizeof(TopKShared) <= size_t(C::kScratchFloats) * 4, "the selection scratch does not fit the vector region");
-  extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* small = smem + C::kStages * C::kBufBytes + size_t(C::kScratchFloats) * 4;
   Ctx<C> c(p);
   c.vec = reinterpret_cast<float*>(smem + C::kStages * C::kBufBytes);
@@ -72,19 +74,6 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
     __syncthreads();  // flags[0] is reused at the next token
   }
   c.stream.drain();
-#else
-  __trap();  // sm_90+ only (cp.async.bulk, mbarrier transaction counts); the host never launches it elsewhere
-#endif
-}
-
-// The token selection alone, for tests (select.cuh, select_over_logits); out[0] = the id. Runs on
-// any sm_70+ device.
-__global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTestArgs a) {
-  __shared__ float red[64];
-  __shared__ int last;
-  __shared__ TopKShared s;
-  const int id = select_over_logits(a, red, last, s, [&] { return take_ticket(a.ticket); });
-  if (id >= 0 && threadIdx.x == 0) a.out[0] = id;
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -24,6 +24,22 @@
 
 namespace megaqwen::cuda::mk {
 
+#if defined(MEGAQWEN_SIMT)
+// The host SIMT emulator (tests/simt) models mbarriers and bulk copies itself, with Hopper's rules
+// checked (sizes and alignment, shared-memory bounds, copies in flight at exit).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) { simt::mbarrier_init(bar, count); }
+__device__ __forceinline__ void fence_mbar_init() {}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  simt::mbarrier_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  return simt::mbarrier_try_wait_parity(bar, parity);
+}
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  simt::bulk_copy_g2s(dst, src, bytes, bar);
+}
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) { simt::bulk_prefetch_l2(src, bytes); }
+#else
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
@@ -54,6 +70,7 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
+#endif
 
 template <class C>
 struct WeightStream {

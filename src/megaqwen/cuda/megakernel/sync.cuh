@@ -23,6 +23,23 @@
 
 namespace megaqwen::cuda::mk {
 
+#if defined(MEGAQWEN_SIMT)
+// The host SIMT emulator (tests/simt) runs this code in CPU CI: its threads interleave only at
+// synchronization points, so memory is sequentially consistent there and the orderings below are
+// plain accesses; a poll lets the other CTAs run (simt::poll).
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  simt::poll("ld.acquire");
+  return *p;
+}
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
+  simt::poll("ld.relaxed");
+  return *p;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() {}
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) { *p += v; }
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) { *p = v; }
+__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
+#else
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -45,6 +62,8 @@ __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
+#endif
+
 __device__ __forceinline__ void nanosleep_hint() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   __nanosleep(32);
@@ -87,9 +106,13 @@ __device__ __forceinline__ uint32_t take_ticket(uint32_t* counter, uint32_t abla
 
 // Per-stage timing (MEGAQWEN_MK_TIMING=1): %globaltimer in ns, thread 0, summed per CTA and stage.
 __device__ __forceinline__ unsigned long long global_ns() {
+#if defined(MEGAQWEN_SIMT)
+  return 0;
+#else
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#endif
 }
 struct StageTimer {
 #if MEGAQWEN_MK_TIMING

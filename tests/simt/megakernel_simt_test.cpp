@@ -1,0 +1,479 @@
+// The whole decode megakernel (src/megaqwen/cuda/megakernel, built with MEGAQWEN_SIMT) executed on the
+// host by the simt emulator with every CTA resident at once (simt::Options::coresident): the real
+// stages, counters, weight ring (mbarriers and bulk copies, emulated with Hopper's rules checked) and
+// token selection, on a synthetic model of the ConfigTinyTest shape (2 layers, hidden 64, 4 / 2
+// heads of 128, intermediate 128) with a 1,024-token vocabulary, so CPU-only CI runs what would
+// otherwise wait for a GPU. The CPU-only counterpart of tests/cuda/megakernel_test.cpp.
+//
+// Checked, per run: every step's raw logits (Params::logits_out) against the CPU engine fed the same
+// tokens (max |a - b| / max |b| <= 2e-2: the kernel's KV cache is bf16, the CPU engine's fp32; the
+// GPU tests use the same bound); greedy tokens equal the argmax of the kernel's own logits (lowest id
+// on ties); the mailbox holds exactly the drawn tokens (-1 after them) and `finished`; every counter
+// ends at exactly its per-token increment times the tokens run (a double or missing signal shows);
+// nothing written outside the cache rows of the run's positions.
+// Runs cover 3, 4, 5 and 8 CTAs (1, 2 and 4 attention splits, CTAs without attention work or rows),
+// positions 0 and deep ones on a noise-filled cache (several splits merged), thread and block orders
+// forward / random, bulk copies landing at issue or only at the first wait, the MEGAQWEN_MK_ABLATE
+// variants (bit-identical results), eos, the budget, the host's stop request, and the sampling
+// modes: Gumbel-max and the filtered draw (top-k / top-p / min-p) with penalties, each token compared
+// with the exact host draw from the kernel's own logits (simt/host_draw.h).
+// What the emulator cannot show: memory-ordering bugs (its threads interleave only at synchronization
+// points, so every access is sequentially consistent) and timing; those need the GPU tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megaqwen/cuda/megakernel/megakernel.cuh"  // through shim/: the emulator
+#include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/model/gpu_layout.h"
+#include "megaqwen/model/model.h"
+#include "megaqwen/model/synth.h"
+#include "megaqwen/sampling/sampler.h"
+#include "megaqwen/util/bf16.h"
+#include "simt/host_draw.h"
+#include "test_paths.h"
+
+namespace megaqwen {
+namespace {
+
+namespace mk = cuda::mk;
+using C = mk::ConfigTinyTest;
+using simt::CopyTiming;
+using simt::Order;
+
+constexpr int kVocab = 4099;  // odd: ragged CTA slices; > 512 rows per CTA: multi-chunk LM-head slices
+constexpr int kContext = 512;
+constexpr double kLogitTolerance = 2e-2;
+
+// The tiny preset with a small vocabulary (the LM head dominates the emulator's time otherwise).
+std::shared_ptr<const Model> emulator_model() {
+  static std::shared_ptr<const Model> model = [] {
+    const auto dir = test::process_temp_dir("megaqwen-test-simt-mk");
+    SynthOptions o;
+    o.preset = "tiny";
+    o.vocab_size = kVocab;
+    o.out_dir = dir;
+    write_synthetic_model(o);
+    std::shared_ptr<const Model> m = load_model(dir.string());
+    std::filesystem::remove_all(dir);  // the weights stay mapped
+    return m;
+  }();
+  return model;
+}
+
+// The model's weights in the GPU layout (model/gpu_layout.h), in host memory the kernel reads.
+struct HostWeights {
+  std::vector<std::vector<uint16_t>> qkv, o, gate_up, down;
+  std::vector<std::vector<float>> input_norm, post_norm, q_norm, k_norm;
+  std::vector<mk::LayerWeights> layers;
+  std::vector<uint16_t> embed;
+  std::vector<float> final_norm, inv_freq;
+
+  explicit HostWeights(const Model& m) {
+    const Qwen3Weights& w = m.weights;
+    for (const Qwen3LayerWeights& l : w.layers) {
+      qkv.push_back(stacked_qkv_bf16(l));
+      o.push_back(matrix_bf16(l.o));
+      gate_up.push_back(interleaved_gate_up_bf16(l));
+      down.push_back(matrix_bf16(l.down));
+      input_norm.push_back(vector_f32(l.input_norm));
+      post_norm.push_back(vector_f32(l.post_norm));
+      q_norm.push_back(vector_f32(l.q_norm));
+      k_norm.push_back(vector_f32(l.k_norm));
+    }
+    for (size_t i = 0; i < w.layers.size(); ++i)
+      layers.push_back({qkv[i].data(), o[i].data(), gate_up[i].data(), down[i].data(), input_norm[i].data(),
+                        post_norm[i].data(), q_norm[i].data(), k_norm[i].data()});
+    embed = matrix_bf16(w.embed);
+    final_norm = vector_f32(w.final_norm);
+    inv_freq = cpu::rope_inv_freq(m.config.head_dim, m.config.rope_theta);
+  }
+};
+
+// The KV cache values CpuEngine::fill_cache_with_noise writes (fp32), here rounded to bf16.
+void fill_noise_like_cpu(std::vector<uint16_t>& k, std::vector<uint16_t>& v, int n) {
+  uint32_t state = 0x12345678u;
+  for (int l = 0; l < C::L; ++l)
+    for (size_t i = 0; i < size_t(n) * C::KV; ++i) {
+      const size_t at = size_t(l) * kContext * C::KV + i;
+      state = state * 1664525u + 1013904223u;
+      k[at] = f32_to_bf16(float(int32_t(state)) * 0x1.0p-31f);
+      v[at] = f32_to_bf16(float(int32_t(state * 747796405u)) * 0x1.0p-31f);
+    }
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+struct RunSpec {
+  int ctas = 4;
+  int pos0 = 0;         // > 0: the cache holds noise for positions [0, pos0)
+  int first = 17;       // token fed at pos0
+  int max_tokens = 6;
+  std::vector<int32_t> eos;
+  bool stop_requested = false;  // the host's stop flag is set before the launch
+  SamplingParams sampling = greedy();
+  std::vector<int32_t> history; // penalties count these
+  uint32_t ablate = 0;
+  simt::Options emu;
+};
+
+struct RunResult {
+  std::vector<int32_t> tokens;  // the mailbox's drawn tokens, in order
+  std::vector<float> logits;    // [tokens, V]
+  std::vector<uint32_t> counters;
+  std::vector<int32_t> mailbox_tail;  // mailbox slots after the drawn tokens
+  int finished = 0;
+  bool cache_outside_untouched = true;
+};
+
+simt::Options emulation(Order threads, Order blocks, CopyTiming copies, uint64_t seed = 1, double skew = 0.9) {
+  simt::Options o;
+  o.skew = skew;
+  o.threads = threads;
+  o.blocks = blocks;
+  o.copies = copies;
+  o.seed = seed;
+  return o;
+}
+
+// Builds the workspace (NaN-poisoned, as the GPU tests' buffers), launches the kernel on the
+// emulator and collects what the host would see.
+RunResult run_megakernel(const RunSpec& s) {
+  const std::shared_ptr<const Model> model = emulator_model();
+  static const HostWeights w(*model);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t L = C::L, H = C::H, Q = C::Q, KV = C::KV, I = C::I, V = kVocab;
+  std::vector<float> x((L + 1) * H, nan), xmid(L * H, nan), qkv(L * C::QKV_ROWS, nan), attn(L * Q, nan), act(L * I, nan),
+      partial_o(L * C::HEADS * mk::kMaxSplits * C::D, nan), partial_ml(L * C::HEADS * mk::kMaxSplits * 2, nan),
+      best_v(size_t(s.ctas), nan), logits(size_t(s.max_tokens) * V, nan), sel_vals(V, nan),
+      cand_v(size_t(s.ctas) * mk::kMaxTopK, nan);
+  std::vector<int32_t> best_i(size_t(s.ctas), -7), tokens(size_t(s.max_tokens), -7), cand_i(cand_v.size(), -7),
+      cand_n(size_t(s.ctas), -7), counts(V, 0);
+  const mk::CounterLayout lay{C::L, C::KV_HEADS};
+  std::vector<uint32_t> counters(size_t(lay.words()), 0);
+  // The cache: noise below pos0, bf16 NaN (0xffff) elsewhere, so a read of an unwritten row shows.
+  std::vector<uint16_t> k_cache(L * kContext * KV, 0xffff), v_cache(L * kContext * KV, 0xffff);
+  if (s.pos0 > 0) fill_noise_like_cpu(k_cache, v_cache, s.pos0);
+  auto mailbox = std::make_unique<mk::Mailbox>();
+  mailbox->stop = s.stop_requested ? 1 : 0;
+  mailbox->finished = 0;
+  for (int i = 0; i < mk::kLaunchTokenCap; ++i) mailbox->tokens[i] = -1;
+
+  mk::Params p{};
+  p.layers = w.layers.data();
+  p.embed = w.embed.data();
+  p.lm_head = w.embed.data();  // tied, as the tiny preset
+  p.final_norm = w.final_norm.data();
+  p.inv_freq = w.inv_freq.data();
+  p.k_cache = k_cache.data();
+  p.v_cache = v_cache.data();
+  p.context = kContext;
+  p.x = x.data();
+  p.xmid = xmid.data();
+  p.qkv = qkv.data();
+  p.attn = attn.data();
+  p.act = act.data();
+  p.partial_o = partial_o.data();
+  p.partial_ml = partial_ml.data();
+  p.best_v = best_v.data();
+  p.best_i = best_i.data();
+  p.counters = counters.data();
+  p.tokens = tokens.data();
+  p.mailbox = mailbox.get();
+  p.logits_out = logits.data();
+  p.first_token = s.first;
+  p.pos0 = s.pos0;
+  p.max_tokens = s.max_tokens;
+  p.splits = mk::attention_splits(s.ctas, C::KV_HEADS);
+  p.vocab = kVocab;
+  p.n_eos = int(s.eos.size());
+  for (size_t i = 0; i < s.eos.size(); ++i) p.eos[i] = s.eos[i];
+  p.eps = float(model->config.rms_norm_eps);
+  p.attn_scale_log2 = float(1.4426950408889634 / std::sqrt(double(C::D)));
+  p.ablate = s.ablate;
+  // As the runner maps SamplingParams (runner.cpp, launch_once; CudaEngine::megakernel_generate).
+  const SamplingParams& sp = s.sampling;
+  const bool filtered = !sp.greedy() && sp.top_k > 0;
+  p.temperature = sp.greedy() ? 1.0f : sp.temperature;
+  p.gumbel = !sp.greedy() && !filtered;
+  p.seed = sp.seed;
+  p.step0 = s.history.size();
+  const bool penalties = sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
+  for (int32_t id : s.history) ++counts[size_t(id)];
+  p.counts = penalties ? counts.data() : nullptr;
+  p.repetition_penalty = sp.repetition_penalty;
+  p.presence_penalty = sp.presence_penalty;
+  p.frequency_penalty = sp.frequency_penalty;
+  p.top_k = filtered ? sp.top_k : 0;
+  p.top_p = sp.top_p;
+  p.min_p = sp.min_p;
+  p.sel_vals = sel_vals.data();
+  p.cand_v = cand_v.data();
+  p.cand_i = cand_i.data();
+  p.cand_n = cand_n.data();
+
+  simt::Options o = s.emu;
+  o.coresident = true;
+  o.dynamic_shared_bytes = C::kSmemBytes;
+  o.stack_bytes = 64 * 1024;
+  simt::launch(dim3(unsigned(s.ctas)), dim3(mk::kThreads),
+               [&] { mk::megakernel_body<C>(p, simt::dynamic_shared<uint8_t>()); }, o);
+
+  RunResult r;
+  int n = 0;
+  while (n < s.max_tokens && mailbox->tokens[n] >= 0) r.tokens.push_back(int32_t(mailbox->tokens[n++]));
+  for (int i = n; i < s.max_tokens; ++i) r.mailbox_tail.push_back(int32_t(mailbox->tokens[i]));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(tokens[size_t(i)], r.tokens[size_t(i)]) << "device copy of token " << i;
+  r.logits.assign(logits.begin(), logits.begin() + std::ptrdiff_t(size_t(n) * V));
+  r.finished = mailbox->finished;
+  for (int i = 0; i < lay.count(); ++i) r.counters.push_back(counters[size_t(i) * mk::kCounterStride]);
+  // Cache rows outside [pos0, pos0 + n) keep their noise / NaN.
+  std::vector<uint16_t> k_ref(L * kContext * KV, 0xffff), v_ref(L * kContext * KV, 0xffff);
+  if (s.pos0 > 0) fill_noise_like_cpu(k_ref, v_ref, s.pos0);
+  for (size_t l = 0; l < L; ++l)
+    for (int pos = 0; pos < kContext; ++pos) {
+      if (pos >= s.pos0 && pos < s.pos0 + n) continue;
+      const size_t at = (l * kContext + size_t(pos)) * KV;
+      if (std::memcmp(&k_cache[at], &k_ref[at], KV * 2) != 0 || std::memcmp(&v_cache[at], &v_ref[at], KV * 2) != 0)
+        r.cache_outside_untouched = false;
+    }
+  return r;
+}
+
+// Every counter equals its per-token increment times the tokens run (layout.h's table).
+void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done) {
+  const mk::CounterLayout lay{C::L, C::KV_HEADS};
+  const uint32_t T = uint32_t(tokens_run), splits = uint32_t(mk::attention_splits(ctas, C::KV_HEADS));
+  auto get = [&](mk::Counter c, int l = 0, int g = 0) { return r.counters[size_t(lay.slot(c, l, g))]; };
+  for (int l = 0; l < C::L; ++l) {
+    for (int g = 0; g < C::KV_HEADS; ++g) {
+      EXPECT_EQ(get(mk::Counter::QkvReady, l, g), T * uint32_t((C::G + 2) * C::D)) << "layer " << l << " group " << g;
+      EXPECT_EQ(get(mk::Counter::AttnTicket, l, g), T * splits) << "layer " << l << " group " << g;
+    }
+    EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS)) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::ODone, l), T * uint32_t(ctas)) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::MlpDone, l), T * uint32_t(ctas)) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::DownDone, l), T * uint32_t(ctas)) << "layer " << l;
+  }
+  EXPECT_EQ(get(mk::Counter::LmTicket), T * uint32_t(ctas));
+  EXPECT_EQ(get(mk::Counter::Step), T);
+  EXPECT_EQ(get(mk::Counter::Done), done ? 1u : 0u);
+}
+
+double rel_error(const float* a, const std::vector<float>& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::isfinite(a[i]) ? std::abs(double(a[i]) - double(b[i])) : INFINITY);
+    ref = std::max(ref, std::abs(double(b[i])));
+  }
+  return ref > 0 ? diff / ref : diff;
+}
+
+// The kernel's logits of every step against the CPU engine fed the same tokens (first, then the
+// kernel's draws), from the same (noise) cache.
+void expect_logits_match_cpu(const RunSpec& s, const RunResult& r) {
+  CpuEngine cpu(emulator_model(), {.context = kContext, .threads = 1});
+  if (s.pos0 > 0) cpu.fill_cache_with_noise(s.pos0);
+  int32_t token = s.first;
+  for (size_t t = 0; t < r.tokens.size(); ++t) {
+    const std::span<const float> ref = cpu.decode(token);
+    const std::vector<float> expect(ref.begin(), ref.end());
+    EXPECT_LE(rel_error(r.logits.data() + t * kVocab, expect), kLogitTolerance) << "step " << t;
+    token = r.tokens[t];
+  }
+}
+
+int32_t argmax_of(const float* l) {
+  int32_t best = 0;
+  for (int i = 1; i < kVocab; ++i)
+    if (l[i] > l[best]) best = i;
+  return best;
+}
+
+std::string describe(const RunSpec& s) {
+  return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate);
+}
+
+// Greedy runs: logits against the CPU engine, tokens = argmax of the kernel's logits, mailbox,
+// counters, cache rows; at shallow and deep positions over 3 to 8 CTAs, in random orders.
+TEST(SimtMegakernel, GreedyRunsMatchTheCpuEngine) {
+  const RunSpec specs[] = {
+      {.ctas = 4, .pos0 = 0, .max_tokens = 8, .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 1)},
+      {.ctas = 3, .pos0 = 70, .max_tokens = 4, .emu = emulation(Order::Forward, Order::Reverse, CopyTiming::AtIssue)},
+      {.ctas = 5, .pos0 = 200, .max_tokens = 4, .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 2)},
+      {.ctas = 8, .pos0 = 300, .max_tokens = 3, .emu = emulation(Order::Reverse, Order::Random, CopyTiming::AtWait, 3)},
+  };
+  for (const RunSpec& s : specs) {
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+    for (size_t t = 0; t < r.tokens.size(); ++t)
+      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
+    EXPECT_EQ(r.finished, 1);
+    EXPECT_TRUE(r.cache_outside_untouched);
+    expect_counters(r, s.ctas, s.max_tokens, true);
+    expect_logits_match_cpu(s, r);
+  }
+}
+
+// One launch whose attention splits fill up as it goes: 8 CTAs (4 splits per kv head, 64 positions
+// each) from position 110 to 133, so a third split becomes non-empty mid-launch (the empty ones
+// still take their tickets), 24 tokens in a row.
+TEST(SimtMegakernel, LongRunAcrossAnAttentionSplitBoundary) {
+  const RunSpec s{.ctas = 8, .pos0 = 110, .max_tokens = 24,
+                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 7)};
+  const RunResult r = run_megakernel(s);
+  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+  for (size_t t = 0; t < r.tokens.size(); ++t)
+    EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
+  EXPECT_TRUE(r.cache_outside_untouched);
+  expect_counters(r, s.ctas, s.max_tokens, true);
+  expect_logits_match_cpu(s, r);
+}
+
+// The H200's grid: one CTA per SM, 132 of them, on the tiny shape: CTAs 64.. own no o_proj / down
+// rows and 128.. no gate/up pairs, 32 attention splits per kv head leave CTAs 64.. without attention
+// work, and each LM-head slice is 32 rows. Every one of them still signals and takes its tickets.
+TEST(SimtMegakernel, TheH200GridOf132Ctas) {
+  const RunSpec s{.ctas = 132, .pos0 = 400, .max_tokens = 2,
+                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 6)};
+  const RunResult r = run_megakernel(s);
+  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+  for (size_t t = 0; t < r.tokens.size(); ++t)
+    EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
+  EXPECT_EQ(r.finished, 1);
+  EXPECT_TRUE(r.cache_outside_untouched);
+  expect_counters(r, s.ctas, s.max_tokens, true);
+  expect_logits_match_cpu(s, r);
+}
+
+// Scheduling, copy timing and the ablation switches change timing only: the same bits.
+TEST(SimtMegakernel, OrdersCopyTimingAndAblationsChangeNothing) {
+  RunSpec base{.ctas = 4, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult ref = run_megakernel(base);
+  ASSERT_EQ(ref.tokens.size(), 3u);
+  for (uint32_t ablate : {1u, 2u, 4u, 7u}) {
+    RunSpec s = base;
+    s.ablate = ablate;
+    s.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 10 + ablate);
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    EXPECT_EQ(r.tokens, ref.tokens);
+    EXPECT_EQ(std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
+  }
+}
+
+// The Gumbel-max draw select_value makes for id i (temperature, then Gumbel(seed, step, i) noise in
+// double), computed on the host from the kernel's raw logits; the lowest id wins ties.
+int32_t host_gumbel_draw(const float* logits, float temperature, uint64_t seed, uint64_t step) {
+  int32_t best = -1;
+  float best_v = -INFINITY;
+  for (int i = 0; i < kVocab; ++i) {
+    const float l = logits[i] / temperature;
+    const double u = std::fmax(cuda::uniform_at(seed, step, uint32_t(i)), 0x1.0p-60);
+    const float v = float(double(l) - std::log(-std::log(u)));
+    if (best < 0 || v > best_v) best = i, best_v = v;
+  }
+  return best;
+}
+
+// Plain sampling (Gumbel-max): every token is the exact host draw. An eos id then ends the run
+// right after it is drawn; the host's stop request after the first token.
+TEST(SimtMegakernel, SampledRunsStopAtEosAndOnRequest) {
+  SamplingParams sp;
+  sp.temperature = 1.5f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.seed = 99;
+  RunSpec s{.ctas = 4, .max_tokens = 8, .sampling = sp, .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 4)};
+  const RunResult all = run_megakernel(s);
+  ASSERT_EQ(all.tokens.size(), 8u);
+  for (size_t t = 0; t < all.tokens.size(); ++t)
+    EXPECT_EQ(all.tokens[t], host_gumbel_draw(all.logits.data() + t * kVocab, sp.temperature, sp.seed, t)) << "step " << t;
+  expect_logits_match_cpu(s, all);
+  // The first step from 2 on whose token was not drawn before: the run must end right there.
+  size_t stop_at = 2;
+  while (stop_at < all.tokens.size() &&
+         std::find(all.tokens.begin(), all.tokens.begin() + std::ptrdiff_t(stop_at), all.tokens[stop_at]) !=
+             all.tokens.begin() + std::ptrdiff_t(stop_at))
+    ++stop_at;
+  ASSERT_LT(stop_at, all.tokens.size()) << "no fresh token to use as eos";
+  s.eos = {kVocab - 1 == all.tokens[stop_at] ? kVocab - 2 : kVocab - 1, all.tokens[stop_at]};
+  const RunResult eos = run_megakernel(s);
+  ASSERT_EQ(eos.tokens.size(), stop_at + 1);
+  EXPECT_TRUE(std::equal(eos.tokens.begin(), eos.tokens.end(), all.tokens.begin()));
+  EXPECT_EQ(eos.finished, 1);
+  for (int32_t slot : eos.mailbox_tail) EXPECT_EQ(slot, -1);
+  EXPECT_TRUE(eos.cache_outside_untouched);
+  expect_counters(eos, s.ctas, int(stop_at) + 1, true);
+
+  s.eos.clear();
+  s.stop_requested = true;
+  const RunResult stopped = run_megakernel(s);
+  ASSERT_EQ(stopped.tokens.size(), 1u);
+  EXPECT_EQ(stopped.tokens[0], all.tokens[0]);
+  EXPECT_EQ(stopped.finished, 1);
+  EXPECT_TRUE(stopped.cache_outside_untouched);
+  expect_counters(stopped, s.ctas, 1, true);
+}
+
+// Penalties and the filtered draw: each token is the exact host draw from the kernel's own logits of
+// that step (simt/host_draw.h: the Sampler's candidates and merge_and_draw's arithmetic), with the
+// counts growing by each drawn token; the logits still match the CPU engine.
+TEST(SimtMegakernel, FilteredSamplingWithPenaltiesIsTheExactHostDraw) {
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 20;
+  sp.top_p = 0.9f;
+  sp.min_p = 0.02f;
+  sp.repetition_penalty = 1.3f;
+  sp.presence_penalty = 0.4f;
+  sp.frequency_penalty = 0.2f;
+  sp.seed = 1234;
+  const RunSpec s{.ctas = 5, .pos0 = 0, .first = 3, .max_tokens = 8, .sampling = sp, .history = {3, 5, 5, 900},
+                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 5)};
+  const RunResult r = run_megakernel(s);
+  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+  std::vector<int32_t> history = s.history;
+  for (size_t t = 0; t < r.tokens.size(); ++t) {
+    const std::vector<float> logits(r.logits.begin() + std::ptrdiff_t(t * kVocab),
+                                    r.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const test::HostDraw h = test::host_filtered_draw(logits, sp, history, s.history.size() + t);
+    EXPECT_EQ(r.tokens[t], h.id) << "step " << t;
+    history.push_back(r.tokens[t]);
+  }
+  expect_logits_match_cpu(s, r);
+  expect_counters(r, s.ctas, s.max_tokens, true);
+
+  // The widest list the kernel selects (kMaxTopK), with min-p only, on 3 CTAs.
+  SamplingParams wide;
+  wide.temperature = 2.0f;
+  wide.top_k = mk::kMaxTopK;
+  wide.top_p = 1.0f;
+  wide.min_p = 0.05f;
+  wide.seed = 77;
+  const RunSpec w{.ctas = 3, .pos0 = 10, .first = 4000, .max_tokens = 6, .sampling = wide,
+                  .emu = emulation(Order::Reverse, Order::Random, CopyTiming::AtIssue, 8)};
+  const RunResult rw = run_megakernel(w);
+  ASSERT_EQ(rw.tokens.size(), size_t(w.max_tokens));
+  for (size_t t = 0; t < rw.tokens.size(); ++t) {
+    const std::vector<float> logits(rw.logits.begin() + std::ptrdiff_t(t * kVocab),
+                                    rw.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    EXPECT_EQ(rw.tokens[t], test::host_filtered_draw(logits, wide, {}, t).id) << "step " << t;
+  }
+}
+
+}  // namespace
+}  // namespace megaqwen
