@@ -2,6 +2,7 @@
 // logits, is deterministic in its seed; bind_qwen3_weights refuses missing, misshapen, wrongly typed
 // and misaligned tensors, naming them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "megaqwen/model/model.h"
 #include "megaqwen/model/synth.h"
 #include "megaqwen/util/bf16.h"
+#include "megaqwen/util/error.h"
 #include "model/model_test_util.h"
 
 namespace megaqwen {
@@ -332,6 +334,57 @@ TEST_F(SynthTiny, MisalignedTensorsRefused) {
 
 // Both tiny hybrid presets load with the published dtypes (A_log and the gated norm in F32), the name
 // prefix of their form, and run on the hybrid engine with realistic logits.
+// Vocabulary and layer overrides (the emulator tests' small models): the config, the tensors and the
+// special ids follow; a model with them runs on the CPU engine; bad values are named.
+TEST(SynthOverrides, VocabularyAndLayersOverrideThePreset) {
+  const fs::path dir = fs::temp_directory_path() / ("megaqwen-synth-override-" + std::to_string(::getpid()));
+  SynthOptions o;
+  o.preset = "qwen3-0.6b";
+  o.vocab_size = 300;
+  o.num_layers = 1;
+  o.out_dir = dir;
+  write_synthetic_model(o);
+  {
+    const auto model = load_model(dir.string());
+    const ModelConfig& c = model->config;
+    EXPECT_EQ(c.vocab_size, 300);
+    EXPECT_EQ(c.num_layers, 1);
+    EXPECT_EQ(c.hidden_size, 1024);
+    EXPECT_EQ(c.bos_token_id, -1);
+    EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{299});
+    EXPECT_EQ(model->weights.embed.rows, 300);
+    EXPECT_EQ(model->weights.layers.size(), 1u);
+    CpuEngine cpu(model, {.context = 16, .threads = 1});
+    const std::vector<int32_t> prompt{1, 299, 7};
+    const auto logits = cpu.prefill(prompt);
+    ASSERT_EQ(logits.size(), 300u);
+    for (float l : logits) ASSERT_TRUE(std::isfinite(l));
+  }
+  fs::remove_all(dir);
+
+  auto error_of = [](const SynthOptions& bad) -> std::string {
+    try {
+      write_synthetic_model(bad);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  SynthOptions bad = o;
+  bad.num_layers = -1;
+  EXPECT_NE(error_of(bad).find("-1 layers"), std::string::npos);
+  bad = o;
+  bad.vocab_size = -5;
+  EXPECT_NE(error_of(bad).find("-5 tokens"), std::string::npos);
+  bad = o;
+  bad.preset = "tiny-hybrid";
+  EXPECT_NE(error_of(bad).find("hybrid"), std::string::npos);
+  bad = o;
+  bad.tokenizer_dir = "/nonexistent";
+  EXPECT_NE(error_of(bad).find("cannot take the tokenizer files"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(SynthQwen35, TinyHybridPresetsLoadAndRun) {
   for (const std::string preset : {"tiny-hybrid", "tiny-hybrid-gqa"}) {
     SCOPED_TRACE(preset);

@@ -1,9 +1,9 @@
 // The whole decode megakernel (src/megaqwen/cuda/megakernel, built with MEGAQWEN_SIMT) executed on the
 // host by the simt emulator with every CTA resident at once (simt::Options::coresident): the real
 // stages, counters, weight ring (mbarriers and bulk copies, emulated with Hopper's rules checked) and
-// token selection, on a synthetic model of the ConfigTinyTest shape (2 layers, hidden 64, 4 / 2
-// heads of 128, intermediate 128) with a 1,024-token vocabulary, so CPU-only CI runs what would
-// otherwise wait for a GPU. The CPU-only counterpart of tests/cuda/megakernel_test.cpp.
+// token selection, on synthetic models with a 4,099-token vocabulary: the ConfigTinyTest shape (2
+// layers, hidden 64, 4 / 2 heads of 128, intermediate 128), and the Qwen3-0.6B and 4B widths with one
+// layer, so CPU-only CI runs what would otherwise wait for a GPU. The CPU-only counterpart of tests/cuda/megakernel_test.cpp.
 //
 // Checked, per run: every step's raw logits (Params::logits_out) against the CPU engine fed the same
 // tokens (max |a - b| / max |b| <= 2e-2: the kernel's KV cache is bf16, the CPU engine's fp32; the
@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "megaqwen/cuda/megakernel/megakernel.cuh"  // through shim/: the emulator
@@ -45,7 +46,11 @@ namespace megaqwen {
 namespace {
 
 namespace mk = cuda::mk;
-using C = mk::ConfigTinyTest;
+using Tiny = mk::ConfigTinyTest;
+// The real models' widths with one layer (the kernel's code is the same for any layer count): 0.6B
+// (G = 2, multi-chunk q|k|v and gate/up slices) and 4B (G = 4, 32 query heads, the widest rows).
+using Wide06 = mk::Config<1024, 1, 16, 8, 128, 3072>;
+using Wide4B = mk::Config<2560, 1, 32, 8, 128, 9728>;
 using simt::CopyTiming;
 using simt::Order;
 
@@ -53,17 +58,25 @@ constexpr int kVocab = 4099;  // odd: ragged CTA slices; > 512 rows per CTA: mul
 constexpr int kContext = 512;
 constexpr double kLogitTolerance = 2e-2;
 
-// The tiny preset with a small vocabulary (the LM head dominates the emulator's time otherwise).
-std::shared_ptr<const Model> emulator_model() {
+// Synthetic models of the configs' shapes with a small vocabulary (the LM head dominates the
+// emulator's time otherwise): the tiny preset, or a real preset cut to C::L layers.
+template <class C>
+std::shared_ptr<const Model> model_for() {
   static std::shared_ptr<const Model> model = [] {
-    const auto dir = test::process_temp_dir("megaqwen-test-simt-mk");
+    const char* preset = std::is_same_v<C, Tiny> ? "tiny" : std::is_same_v<C, Wide06> ? "qwen3-0.6b" : "qwen3-4b";
+    const auto dir = test::process_temp_dir(std::string("megaqwen-test-simt-mk-") + preset);
     SynthOptions o;
-    o.preset = "tiny";
+    o.preset = preset;
     o.vocab_size = kVocab;
+    o.num_layers = C::L;
     o.out_dir = dir;
     write_synthetic_model(o);
     std::shared_ptr<const Model> m = load_model(dir.string());
     std::filesystem::remove_all(dir);  // the weights stay mapped
+    const ModelConfig& c = m->config;
+    EXPECT_TRUE(c.hidden_size == C::H && c.num_layers == C::L && c.num_heads == C::HEADS && c.num_kv_heads == C::KV_HEADS &&
+                c.head_dim == C::D && c.intermediate_size == C::I)
+        << preset << " does not have the config's shape";
     return m;
   }();
   return model;
@@ -99,6 +112,7 @@ struct HostWeights {
 };
 
 // The KV cache values CpuEngine::fill_cache_with_noise writes (fp32), here rounded to bf16.
+template <class C>
 void fill_noise_like_cpu(std::vector<uint16_t>& k, std::vector<uint16_t>& v, int n) {
   uint32_t state = 0x12345678u;
   for (int l = 0; l < C::L; ++l)
@@ -150,8 +164,9 @@ simt::Options emulation(Order threads, Order blocks, CopyTiming copies, uint64_t
 
 // Builds the workspace (NaN-poisoned, as the GPU tests' buffers), launches the kernel on the
 // emulator and collects what the host would see.
+template <class C = Tiny>
 RunResult run_megakernel(const RunSpec& s) {
-  const std::shared_ptr<const Model> model = emulator_model();
+  const std::shared_ptr<const Model> model = model_for<C>();
   static const HostWeights w(*model);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t L = C::L, H = C::H, Q = C::Q, KV = C::KV, I = C::I, V = kVocab;
@@ -165,7 +180,7 @@ RunResult run_megakernel(const RunSpec& s) {
   std::vector<uint32_t> counters(size_t(lay.words()), 0);
   // The cache: noise below pos0, bf16 NaN (0xffff) elsewhere, so a read of an unwritten row shows.
   std::vector<uint16_t> k_cache(L * kContext * KV, 0xffff), v_cache(L * kContext * KV, 0xffff);
-  if (s.pos0 > 0) fill_noise_like_cpu(k_cache, v_cache, s.pos0);
+  if (s.pos0 > 0) fill_noise_like_cpu<C>(k_cache, v_cache, s.pos0);
   auto mailbox = std::make_unique<mk::Mailbox>();
   mailbox->stop = s.stop_requested ? 1 : 0;
   mailbox->finished = 0;
@@ -241,7 +256,7 @@ RunResult run_megakernel(const RunSpec& s) {
   for (int i = 0; i < lay.count(); ++i) r.counters.push_back(counters[size_t(i) * mk::kCounterStride]);
   // Cache rows outside [pos0, pos0 + n) keep their noise / NaN.
   std::vector<uint16_t> k_ref(L * kContext * KV, 0xffff), v_ref(L * kContext * KV, 0xffff);
-  if (s.pos0 > 0) fill_noise_like_cpu(k_ref, v_ref, s.pos0);
+  if (s.pos0 > 0) fill_noise_like_cpu<C>(k_ref, v_ref, s.pos0);
   for (size_t l = 0; l < L; ++l)
     for (int pos = 0; pos < kContext; ++pos) {
       if (pos >= s.pos0 && pos < s.pos0 + n) continue;
@@ -253,6 +268,7 @@ RunResult run_megakernel(const RunSpec& s) {
 }
 
 // Every counter equals its per-token increment times the tokens run (layout.h's table).
+template <class C = Tiny>
 void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done) {
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
   const uint32_t T = uint32_t(tokens_run), splits = uint32_t(mk::attention_splits(ctas, C::KV_HEADS));
@@ -283,8 +299,9 @@ double rel_error(const float* a, const std::vector<float>& b) {
 
 // The kernel's logits of every step against the CPU engine fed the same tokens (first, then the
 // kernel's draws), from the same (noise) cache.
+template <class C = Tiny>
 void expect_logits_match_cpu(const RunSpec& s, const RunResult& r) {
-  CpuEngine cpu(emulator_model(), {.context = kContext, .threads = 1});
+  CpuEngine cpu(model_for<C>(), {.context = kContext, .threads = 1});
   if (s.pos0 > 0) cpu.fill_cache_with_noise(s.pos0);
   int32_t token = s.first;
   for (size_t t = 0; t < r.tokens.size(); ++t) {
@@ -357,6 +374,33 @@ TEST(SimtMegakernel, TheH200GridOf132Ctas) {
   EXPECT_TRUE(r.cache_outside_untouched);
   expect_counters(r, s.ctas, s.max_tokens, true);
   expect_logits_match_cpu(s, r);
+}
+
+// The 0.6B and 4B widths (one layer each): q|k|v, gate/up and LM-head slices of several chunks,
+// 8 kv heads, GQA groups of 2 and of 4 (the 4B's q registers and prologue warps).
+TEST(SimtMegakernel, TheRealModelWidths) {
+  {
+    const RunSpec s{.ctas = 16, .pos0 = 130, .max_tokens = 2,
+                    .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 9)};
+    const RunResult r = run_megakernel<Wide06>(s);
+    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+    for (size_t t = 0; t < r.tokens.size(); ++t)
+      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "0.6B widths, step " << t;
+    EXPECT_TRUE(r.cache_outside_untouched);
+    expect_counters<Wide06>(r, s.ctas, s.max_tokens, true);
+    expect_logits_match_cpu<Wide06>(s, r);
+  }
+  {
+    const RunSpec s{.ctas = 20, .pos0 = 70, .max_tokens = 2,
+                    .emu = emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 10)};
+    const RunResult r = run_megakernel<Wide4B>(s);
+    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+    for (size_t t = 0; t < r.tokens.size(); ++t)
+      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "4B widths, step " << t;
+    EXPECT_TRUE(r.cache_outside_untouched);
+    expect_counters<Wide4B>(r, s.ctas, s.max_tokens, true);
+    expect_logits_match_cpu<Wide4B>(s, r);
+  }
 }
 
 // Scheduling, copy timing and the ablation switches change timing only: the same bits.

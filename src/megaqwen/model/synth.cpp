@@ -336,6 +336,11 @@ void write_synthetic_model(const SynthOptions& o) {
   const SynthPreset& preset = find_synth_preset(o.preset);
   ModelConfig config = preset.config;
   if (o.vocab_size < 0) fail("a vocabulary of {} tokens", o.vocab_size);
+  if (o.num_layers < 0) fail("a model of {} layers", o.num_layers);
+  if (o.num_layers > 0) {
+    if (config.is_hybrid()) fail("the layer count of a hybrid preset is its layer pattern's; it cannot be changed");
+    config.num_layers = o.num_layers;
+  }
   if (o.vocab_size > 0) {
     if (!o.tokenizer_dir.empty()) fail("a vocabulary size other than the preset's cannot take the tokenizer files");
     config.vocab_size = o.vocab_size;
