@@ -163,6 +163,15 @@ TEST_F(CudaEngineTest, BadInputThrowsAndEngineStaysUsable) {
   EXPECT_THROW(gpu.decode(ids[16]), Error);
   EXPECT_EQ(gpu.position(), 16);
   EXPECT_THROW(cuda::CudaEngine(model_, {.context = 1 << 20}), Error);  // beyond max_position_embeddings
+  try {
+    cuda::CudaEngine missing(model_, {.context = 16, .device = 99});
+    ADD_FAILURE() << "an engine on CUDA device 99";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device 99"), std::string::npos) << e.what();
+  }
+  // An engine that failed to construct left nothing behind: a new one runs.
+  cuda::CudaEngine again(model_, {.context = 16});
+  EXPECT_EQ(again.prefill(std::span(ids).first(4)).size(), size_t(V()));
 }
 
 TEST_F(CudaEngineTest, DeepNoiseCacheDecodesToFiniteLogits) {

@@ -18,7 +18,7 @@ void check_launch(const char* what, const char* file, int line) {
   if (status != cudaSuccess) cuda_fail(status, what, file, line);
 }
 
-bool device_usable(std::string* why) {
+bool device_usable(std::string* why, int device) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -30,10 +30,14 @@ bool device_usable(std::string* why) {
     if (why) *why = "cudaGetDeviceCount found no CUDA device";
     return false;
   }
+  if (device < 0 || device >= count) {
+    if (why) *why = "there is no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " found)";
+    return false;
+  }
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     cudaGetLastError();
-    if (why) *why = "cudaGetDeviceProperties failed for device 0";
+    if (why) *why = "cudaGetDeviceProperties failed for device " + std::to_string(device);
     return false;
   }
   if (prop.major < 8) {

@@ -16,9 +16,9 @@ namespace megaqwen::cuda {
 // Throws if the last kernel launch failed (bad configuration, missing machine code for the GPU).
 void check_launch(const char* what, const char* file, int line);
 
-// Whether a usable GPU is present: cudaGetDeviceCount succeeds and finds one of compute capability
-// 8.0 or newer (bf16). On false, `why` gets the real reason (the runtime's error string).
-bool device_usable(std::string* why);
+// Whether GPU `device` is usable: cudaGetDeviceCount succeeds, the device exists and has compute
+// capability 8.0 or newer (bf16). On false, `why` gets the real reason (the runtime's error string).
+bool device_usable(std::string* why, int device = 0);
 
 }  // namespace megaqwen::cuda
 

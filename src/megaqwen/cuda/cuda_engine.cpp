@@ -73,7 +73,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
 
   std::string why;
-  if (!device_usable(&why)) fail("--device cuda: {}", why);
+  if (!device_usable(&why, options_.device)) fail("--device cuda: {}", why);
   CUDA_CHECK(cudaSetDevice(options_.device));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
@@ -94,7 +94,8 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
          prop.name, gib(plan.total()), gib(plan.weights), gib(plan.kv_cache), context_, gib(plan.activations),
          gib(plan.reserve), gib(free_bytes), gib(total_bytes));
 
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  owned_stream_ = CudaStream::non_blocking();
+  stream_ = owned_stream_.get();
   weights_ = upload_weights(*model_);
 
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
@@ -174,13 +175,9 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
 }
 
 CudaEngine::~CudaEngine() {
-  megakernel_.reset();  // before the stream goes away
-  gemm_.reset();        // the cuBLAS handle is bound to stream_: destroy it while the stream exists
+  // The megakernel and the cuBLAS handle (bound to the stream) go before owned_stream_: members are
+  // destroyed in reverse order of declaration.
   if (graph_) cudaGraphExecDestroy(graph_);
-  if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
 }
 
 std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {

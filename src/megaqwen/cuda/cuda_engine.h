@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "megaqwen/cuda/cublas_gemm.h"
+#include "megaqwen/cuda/cuda_stream.h"
 #include "megaqwen/cuda/cuda_weights.h"
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/engine/engine.h"
@@ -107,7 +108,8 @@ class CudaEngine final : public Engine {
   CudaEngineOptions options_;
   std::string device_name_;
   int context_ = 0, position_ = 0, chunk_ = 0, splits_ = 1;
-  cudaStream_t stream_ = nullptr;
+  CudaStream owned_stream_;   // declared before everything that works on it: destroyed after them
+  cudaStream_t stream_ = nullptr;  // owned_stream_.get()
   cudaGraphExec_t graph_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
   std::unique_ptr<mk::Megakernel> megakernel_;  // null: per-operator decode only

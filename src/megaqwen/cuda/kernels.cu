@@ -3,6 +3,7 @@
 #include "megaqwen/cuda/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "megaqwen/cuda/cuda_check.h"
@@ -94,11 +95,16 @@ size_t attention_prefill_smem_bytes(int head_dim) {
 namespace {
 template <int D>
 void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  static bool configured = false;  // the attribute is per function; set once (never during graph capture)
-  if (!configured) {
+  // The attribute belongs to the function on the current device: set once per device (prefill is
+  // never captured in a graph, where the call would not be allowed).
+  static std::atomic<uint64_t> configured{0};  // bit d: done on device d (devices 64.. every time)
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t(1) << device : 0;
+  if (bit == 0 || !(configured.load(std::memory_order_acquire) & bit)) {
     CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(PrefillSmem<D>::kBytes)));
-    configured = true;
+    configured.fetch_or(bit, std::memory_order_release);
   }
   const dim3 grid(unsigned(div_up(a.T, kPrefillBQ)), unsigned(a.heads));
   const float scale_log2 = a.scale * 1.4426950408889634f;

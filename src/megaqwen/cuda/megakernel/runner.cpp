@@ -101,7 +101,7 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
   mailbox_host_ = static_cast<Mailbox*>(mb);
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mailbox_dev_), mb, 0));
   counters_host_ = PinnedBuffer<uint32_t>(counters_.size());
-  CUDA_CHECK(cudaStreamCreateWithFlags(&watch_stream_, cudaStreamNonBlocking));
+  watch_stream_ = CudaStream::non_blocking();
 }
 
 Megakernel::~Megakernel() {
@@ -109,16 +109,15 @@ Megakernel::~Megakernel() {
     cudaStreamSynchronize(stream_);
     cudaFreeHost(mailbox_host_);
   }
-  if (watch_stream_) cudaStreamDestroy(watch_stream_);
 }
 
 int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
   const CounterLayout lay{shape_.layers, shape_.kv_heads};
   bool read = cudaMemcpyAsync(counters_host_.data(), counters_.data(), counters_.bytes(), cudaMemcpyDeviceToHost,
-                              watch_stream_) == cudaSuccess;
-  for (int i = 0; read && i < 500 && cudaStreamQuery(watch_stream_) == cudaErrorNotReady; ++i)
+                              watch_stream_.get()) == cudaSuccess;
+  for (int i = 0; read && i < 500 && cudaStreamQuery(watch_stream_.get()) == cudaErrorNotReady; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  read = read && cudaStreamQuery(watch_stream_) == cudaSuccess;
+  read = read && cudaStreamQuery(watch_stream_.get()) == cudaSuccess;
   if (!read) {
     std::fprintf(stderr, "megakernel watchdog: the counters could not be read while the kernel runs\n");
     if (previous->empty()) {

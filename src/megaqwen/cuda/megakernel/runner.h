@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "megaqwen/cuda/cuda_stream.h"
 #include "megaqwen/cuda/cuda_weights.h"
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/cuda/megakernel/megakernel.h"
@@ -72,7 +73,7 @@ class Megakernel {
   int dump_counters(int t, std::vector<uint32_t>* previous);
 
   PinnedBuffer<uint32_t> counters_host_;  // watchdog copy of the counters
-  cudaStream_t watch_stream_ = nullptr;   // non-blocking: copies while the kernel runs
+  CudaStream watch_stream_;               // non-blocking: copies while the kernel runs
 
   Shape shape_;
   KernelInfo info_{};
