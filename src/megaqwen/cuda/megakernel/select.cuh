@@ -189,7 +189,7 @@ __device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t
 // The token selection alone over given logits (select_test_kernel, and the host emulator's tests):
 // CTA b owns ids [b * ceil(V / ctas), ...) as the LM head's split; the same select_value /
 // block_best / cta_top_k, ticket, merge_best / merge_and_draw path. `ticket()` (thread 0) returns the
-// old value of an acq_rel add of 1 to a.ticket (a parameter: the emulator cannot run sync.cuh's PTX).
+// old value of an acq_rel add of 1 to a.ticket (a parameter: select.cuh does not include sync.cuh).
 // Block-wide; returns the id in every thread of the selecting CTA, -1 in the others.
 template <class Ticket>
 __device__ __forceinline__ int select_over_logits(const SelectTestArgs& a, float* red, int& last, TopKShared& s,
