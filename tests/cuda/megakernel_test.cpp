@@ -37,6 +37,7 @@ namespace {
 
 using test::greedy_select;
 using test::relative_max_error;
+using test::sampling_params;
 using test::select_args;
 
 constexpr double kGpuLogitTolerance = 2e-2;
@@ -63,22 +64,6 @@ cuda::CudaEngineOptions mk_options(int context) {
 }
 cuda::CudaEngineOptions perop_options(int context) {
   return {.context = context, .decode_kernel = cuda::DecodeKernel::PerOp};
-}
-
-// Sampling parameters in one line: temperature, top-k, top-p, min-p, repetition / presence /
-// frequency penalties.
-SamplingParams sampling(float temperature, int top_k, float top_p, float min_p, float repetition, float presence,
-                        float frequency, uint64_t seed) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.repetition_penalty = repetition;
-  p.presence_penalty = presence;
-  p.frequency_penalty = frequency;
-  p.seed = seed;
-  return p;
 }
 
 SamplingParams greedy_params() {
@@ -227,10 +212,10 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
   auto d = test::upload(logits);
   auto dc = test::upload(counts);
   const SamplingParams cases[] = {
-      sampling(0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling(1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),
-      sampling(0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 1234), sampling(1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f, 1234),
-      sampling(0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f, 1234), sampling(1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1234),
-      sampling(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling(0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, 1234)};
+      sampling_params(0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling_params(1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),
+      sampling_params(0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 1234), sampling_params(1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f, 1234),
+      sampling_params(0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f, 1234), sampling_params(1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1234),
+      sampling_params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling_params(0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, 1234)};
   for (int ctas : {5, 1}) {
     Selector sel(ctas, V);
     for (const SamplingParams& p : cases) {
@@ -486,11 +471,11 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
 // kernel's counts stood for (the given history plus every earlier draw).
 TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
   const auto prompt = random_ids(16, 16);
-  const SamplingParams cases[] = {sampling(0.6f, 20, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 99),   // Qwen3 thinking defaults
-                                  sampling(0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f, 99),    // non-thinking + presence
-                                  sampling(1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f, 99),   // min-p, rep., frequency
-                                  sampling(0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f, 99),     // greedy with penalties
-                                  sampling(0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 99)};    // Gumbel with a penalty
+  const SamplingParams cases[] = {sampling_params(0.6f, 20, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 99),   // Qwen3 thinking defaults
+                                  sampling_params(0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f, 99),    // non-thinking + presence
+                                  sampling_params(1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f, 99),   // min-p, rep., frequency
+                                  sampling_params(0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f, 99),     // greedy with penalties
+                                  sampling_params(0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 99)};    // Gumbel with a penalty
   cuda::CudaEngine mk(model_, mk_options(1024)), perop(model_, perop_options(1024));
   for (const SamplingParams& s : cases) {
     ASSERT_EQ(mk.megakernel_unsupported_reason(s), "");

@@ -10,6 +10,22 @@
 
 namespace megaqwen::test {
 
+// Sampling parameters in one line: temperature, top-k, top-p, min-p, repetition / presence /
+// frequency penalties, seed.
+inline SamplingParams sampling_params(float temperature, int top_k, float top_p, float min_p, float repetition,
+                                      float presence, float frequency, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repetition;
+  p.presence_penalty = presence;
+  p.frequency_penalty = frequency;
+  p.seed = seed;
+  return p;
+}
+
 inline cuda::mk::SelectTestArgs select_args(const float* logits, const SamplingParams& p, const int32_t* counts,
                                             uint64_t step) {
   cuda::mk::SelectTestArgs a;

@@ -1,6 +1,7 @@
-// Exact host computations of the megakernel's token selection, shared by the emulator suites
-// (topk_select_simt_test.cpp: the selection alone; megakernel_simt_test.cpp: the whole kernel): the
-// CPU Sampler's transformed logits and candidates, and the filtered draw merge_and_draw must make.
+// Exact host computations of the device's token selection, shared by the emulator suites
+// (topk_select_simt_test.cpp, megakernel_simt_test.cpp, kernels_simt_test.cpp): the CPU Sampler's
+// transformed logits and candidates, the Gumbel-perturbed value, and the filtered draw the
+// megakernel's merge_and_draw must make.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,10 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "megaqwen/cuda/kernels/common.cuh"  // uniform_at (through shim/: the emulator)
 #include "megaqwen/sampling/sampler.h"
+#include "megakernel/select_test_args.h"
 
 namespace megaqwen::test {
 
@@ -25,13 +28,20 @@ inline std::vector<int32_t> counts_of(const std::vector<int32_t>& history, int V
 // The CPU Sampler's transformed logits (penalties, temperature); NaN given as -inf, which is what
 // select_value makes of it (the Sampler's sort needs ordered values).
 inline std::vector<float> sampler_transformed(std::vector<float> logits, const SamplingParams& p, const std::vector<int32_t>& history,
-                                       std::vector<Sampler::Candidate>* dist) {
+                                              std::vector<Sampler::Candidate>* dist = nullptr) {
   for (float& l : logits)
     if (l != l) l = -INFINITY;
   Sampler s(p);
   auto d = s.distribution(logits, history);  // transforms `logits` in place
   if (dist) *dist = std::move(d);
   return logits;
+}
+
+// A transformed logit plus the Gumbel(0, 1) noise keyed by (seed, step, id), in double, as the
+// device's select_value / transform_logit compute it.
+inline float gumbel_value(float transformed, uint64_t seed, uint64_t step, int id) {
+  const double u = std::max(cuda::uniform_at(seed, step, uint32_t(id)), 0x1.0p-60);
+  return float(double(transformed) - std::log(-std::log(u)));
 }
 
 inline int32_t lowest_argmax(const std::vector<float>& v) {
@@ -103,6 +113,26 @@ inline HostDraw host_filtered_draw(const std::vector<float>& logits, const Sampl
     }
   }
   return h;
+}
+
+// The Sampler's distribution as a probability per id (0 for the ids it filters out).
+inline std::vector<double> probabilities(const std::vector<Sampler::Candidate>& dist, int V) {
+  std::vector<double> want(size_t(V), 0.0);
+  for (const auto& d : dist) want[size_t(d.id)] = d.prob;
+  return want;
+}
+
+// Drawn frequencies against the Sampler's probabilities: within 5 sd + 1e-3, sd = sqrt(p (1 - p) /
+// draws), and never an id the Sampler filters out.
+inline void expect_frequencies_follow(const std::vector<double>& freq, const std::vector<double>& want, int draws,
+                                      const std::string& label) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double sd = std::sqrt(want[i] * (1 - want[i]) / draws);
+    EXPECT_NEAR(freq[i], want[i], 5 * sd + 1e-3) << "id " << i << ", " << label;
+    if (want[i] == 0.0) {
+      EXPECT_EQ(freq[i], 0.0) << "id " << i << " is filtered out but was drawn, " << label;
+    }
+  }
 }
 
 }  // namespace megaqwen::test

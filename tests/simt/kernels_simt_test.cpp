@@ -73,12 +73,16 @@
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/util/bf16.h"
 #include "megaqwen/util/thread_pool.h"
+#include "simt/host_draw.h"
 
 namespace megaqwen {
 namespace {
 
 using cuda::bf16;
 using simt::Order;
+using test::counts_of;
+using test::lowest_argmax;
+using test::sampler_transformed;
 
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kSplitTolerance = 4e-5;
@@ -155,19 +159,6 @@ simt::Options threads_in(Order order, uint64_t seed = 1) {
   return o;
 }
 
-std::vector<int32_t> counts_of(const std::vector<int32_t>& history, int V) {
-  std::vector<int32_t> c(size_t(V), 0);
-  for (int32_t id : history) ++c[size_t(id)];
-  return c;
-}
-
-int32_t lowest_argmax(const std::vector<float>& v) {
-  int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[size_t(best)]) best = int32_t(i);
-  return best;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Elementwise kernels
 
@@ -194,6 +185,28 @@ TEST(SimtKernels, EmbedRows) {
 void host_split(float v, uint16_t& hi, uint16_t& lo) {
   hi = f32_to_bf16(v);
   lo = f32_to_bf16(v - bf16_to_f32(hi));
+}
+
+// A kernel's bf16 split of `src` (n values): hi and (unless lo is not written) lo bit-exact with the
+// host split, the guard tails intact (lo untouched when not written), and hi + lo within
+// kSplitTolerance of `ref`.
+void expect_split(const std::vector<uint16_t>& hi, const std::vector<uint16_t>& lo, const std::vector<float>& src,
+                  const std::vector<float>& ref, size_t n, bool with_lo, const std::string& what) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h, l;
+    host_split(src[i], h, l);
+    ASSERT_EQ(hi[i], h) << what << " element " << i;
+    if (with_lo) {
+      ASSERT_EQ(lo[i], l) << what << " element " << i;
+    }
+  }
+  EXPECT_TRUE(guard_intact(hi, n)) << what;
+  EXPECT_TRUE(guard_intact(lo, with_lo ? n : 0)) << what << ": lo written";
+  if (with_lo) {
+    std::vector<float> sum(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = bf16_to_f32(hi[i]) + bf16_to_f32(lo[i]);
+    EXPECT_LE(rel_error(sum, ref), kSplitTolerance) << what;
+  }
 }
 
 // split_bf16_kernel: <<<elementwise_blocks(n, 256), 256>>>; hi and lo bit-exact with the host split
@@ -252,21 +265,7 @@ TEST(SimtKernels, SwigluSplit) {
                                   with_lo ? as_bf16(lo.data()) : nullptr);
       });
       const std::string what = "T " + std::to_string(T) + " I " + std::to_string(I) + (with_lo ? "" : " lo null");
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h, l;
-        host_split(ref[i], h, l);
-        ASSERT_EQ(hi[i], h) << what << " element " << i;
-        if (with_lo) {
-          ASSERT_EQ(lo[i], l) << what << " element " << i;
-        }
-      }
-      EXPECT_TRUE(guard_intact(hi, n)) << what;
-      EXPECT_TRUE(guard_intact(lo, with_lo ? n : 0)) << what << ": lo written";
-      if (with_lo) {
-        std::vector<float> sum(n);
-        for (size_t i = 0; i < n; ++i) sum[i] = bf16_to_f32(hi[i]) + bf16_to_f32(lo[i]);
-        EXPECT_LE(rel_error(sum, ref), kSplitTolerance) << what;
-      }
+      expect_split(hi, lo, ref, ref, n, with_lo, what);
     }
   }
 }
@@ -330,21 +329,7 @@ TEST(SimtKernels, RmsNormF32AndSplit) {
                                      with_lo ? as_bf16(lo.data()) : nullptr);
       });
       const std::string what = "split n " + std::to_string(n) + (with_lo ? "" : " lo null");
-      for (size_t i = 0; i < total; ++i) {
-        uint16_t h, l;
-        host_split(out[i], h, l);
-        ASSERT_EQ(hi[i], h) << what << " element " << i;
-        if (with_lo) {
-          ASSERT_EQ(lo[i], l) << what << " element " << i;
-        }
-      }
-      EXPECT_TRUE(guard_intact(hi, total)) << what;
-      EXPECT_TRUE(guard_intact(lo, with_lo ? total : 0)) << what << ": lo written";
-      if (with_lo) {
-        std::vector<float> sum(total);
-        for (size_t i = 0; i < total; ++i) sum[i] = bf16_to_f32(hi[i]) + bf16_to_f32(lo[i]);
-        EXPECT_LE(rel_error(sum, ref), kSplitTolerance) << what;
-      }
+      expect_split(hi, lo, out, ref, total, with_lo, what);
     }
   }
 }
@@ -548,19 +533,6 @@ TEST(SimtKernels, DecodeAttentionSplitKv) {
 // ---------------------------------------------------------------------------------------------
 // Sampling: the logit transform, argmax, filtered draws
 
-// The CPU Sampler's transformed logits (penalties, then temperature when not greedy; the Sampler
-// transforms in place inside distribution()), NaN given as -inf (what transform_logit makes of it:
-// the Sampler's sort needs ordered values).
-std::vector<float> sampler_transformed(std::vector<float> logits, const SamplingParams& p,
-                                       const std::vector<int32_t>& history, std::vector<Sampler::Candidate>* dist = nullptr) {
-  for (float& l : logits)
-    if (l != l) l = -INFINITY;
-  Sampler s(p);
-  auto d = s.distribution(logits, history);
-  if (dist) *dist = std::move(d);
-  return logits;
-}
-
 cuda::LogitTransform transform_of(const SamplingParams& p, const int32_t* counts, bool gumbel, uint64_t step) {
   cuda::LogitTransform t;
   t.counts = counts;
@@ -572,12 +544,6 @@ cuda::LogitTransform transform_of(const SamplingParams& p, const int32_t* counts
   t.seed = p.seed;
   t.step = step;
   return t;
-}
-
-// The Gumbel-perturbed value transform_logit draws with, on the host.
-float host_gumbel(float transformed, uint64_t seed, uint64_t step, int i) {
-  const double u = std::max(cuda::uniform_at(seed, step, uint32_t(i)), 0x1.0p-60);
-  return float(double(transformed) - std::log(-std::log(u)));
 }
 
 // transform_logits_kernel: <<<elementwise_blocks(V, 256), 256>>>. Without noise, bit-exact with the
@@ -615,7 +581,7 @@ TEST(SimtKernels, TransformLogitsIsTheSamplersTransform) {
       simt::launch(dim3(unsigned(elementwise_blocks(size_t(V), 256))), dim3(256),
                    [&] { cuda::transform_logits_kernel(logits.data(), V, t, dst.data()); });
       for (int i = 0; i < V; ++i) {
-        const float w = gumbel ? host_gumbel(want[size_t(i)], p.seed, step, i) : want[size_t(i)];
+        const float w = gumbel ? test::gumbel_value(want[size_t(i)], p.seed, step, i) : want[size_t(i)];
         ASSERT_EQ(std::bit_cast<uint32_t>(dst[size_t(i)]), std::bit_cast<uint32_t>(w))
             << what << (gumbel ? " gumbel" : "") << " id " << i << ": " << dst[size_t(i)] << " vs " << w;
       }
@@ -737,7 +703,7 @@ TEST(SimtKernels, ArgmaxWithPenaltiesAndGumbelMatchesTheHost) {
   const auto t = sampler_transformed(logits, p, history);
   for (uint64_t step = 0; step < 6; ++step) {
     std::vector<float> g(static_cast<size_t>(V));
-    for (int i = 0; i < V; ++i) g[size_t(i)] = host_gumbel(t[size_t(i)], p.seed, step, i);
+    for (int i = 0; i < V; ++i) g[size_t(i)] = test::gumbel_value(t[size_t(i)], p.seed, step, i);
     EXPECT_EQ(am.run(logits, step % 2 ? 7 : argmax_blocks(V), transform_of(p, counts.data(), true, step)), lowest_argmax(g))
         << "step " << step;
   }
@@ -771,11 +737,11 @@ struct Filtered {
 // a shuffle butterfly per warp, then the warps in order); the top-p prefix and min-p floor on p / total;
 // r = u * mass with u = uniform_at(seed, step, 0xffffffff); subtract until negative. Also returns the
 // kept candidates' probabilities (normalized over the kept mass), to compare with the Sampler's.
-struct HostDraw {
+struct PerOpDraw {
   int32_t id = -1;
   std::vector<Sampler::Candidate> kept;
 };
-HostDraw host_filtered_draw(const std::vector<float>& t, const SamplingParams& p, uint64_t step) {
+PerOpDraw per_op_filtered_draw(const std::vector<float>& t, const SamplingParams& p, uint64_t step) {
   constexpr int kThreads = cuda::kSampleThreads;
   const int V = int(t.size());
   const bool top_k_on = p.top_k > 0 && p.top_k < V;
@@ -826,7 +792,7 @@ HostDraw host_filtered_draw(const std::vector<float>& t, const SamplingParams& p
   }
   double mass = 0.0;
   for (int i = 0; i < keep; ++i) mass += probs[size_t(i)] / total;
-  HostDraw h;
+  PerOpDraw h;
   for (int i = 0; i < keep; ++i) h.kept.push_back({order[size_t(i)], probs[size_t(i)] / total / mass});
   double r = cuda::uniform_at(p.seed, step, 0xffffffffu) * mass;
   h.id = order[size_t(keep - 1)];
@@ -877,15 +843,8 @@ TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
     std::vector<int32_t> history = {0, 3, 3, 7, 11, 11, 11, c.V - 1};
     for (int j = 1; j <= 4; ++j) history.push_back(std::max(0, lowest_argmax(logits) - j));
     const auto counts = counts_of(history, c.V);
-    SamplingParams p;
-    p.temperature = c.temperature;
-    p.top_k = c.top_k;
-    p.top_p = c.top_p;
-    p.min_p = c.min_p;
-    p.repetition_penalty = c.repetition;
-    p.presence_penalty = c.presence;
-    p.frequency_penalty = c.frequency;
-    p.seed = 1234 + uint64_t(c.V);
+    SamplingParams p = test::sampling_params(c.temperature, c.top_k, c.top_p, c.min_p, c.repetition, c.presence,
+                                                    c.frequency, 1234 + uint64_t(c.V));
     std::vector<Sampler::Candidate> dist;
     const auto t = sampler_transformed(logits, p, history, &dist);
     Filtered f;
@@ -893,7 +852,7 @@ TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
     for (int step = 0; step < c.steps; ++step) {
       const std::string what = "case " + std::to_string(index) + " V " + std::to_string(c.V) + " top_k " +
                                std::to_string(c.top_k) + " step " + std::to_string(step);
-      const HostDraw h = host_filtered_draw(t, p, uint64_t(step));
+      const PerOpDraw h = per_op_filtered_draw(t, p, uint64_t(step));
       if (step == 0) {
         ASSERT_EQ(h.kept.size(), dist.size()) << what << ": kept candidates, the kernel's arithmetic vs the Sampler's";
         for (size_t j = 0; j < dist.size(); ++j) {
@@ -926,19 +885,10 @@ TEST(SimtKernels, SampleFilteredDrawsFollowTheSamplerDistribution) {
     float top_p, min_p, repetition, presence, frequency;
   };
   for (const Case& c : {Case{0.6f, 20, 0.95f, 0.02f, 1.3f, 0.5f, 0.2f}, Case{0.8f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f}}) {
-    SamplingParams p;
-    p.temperature = c.temperature;
-    p.top_k = c.top_k;
-    p.top_p = c.top_p;
-    p.min_p = c.min_p;
-    p.repetition_penalty = c.repetition;
-    p.presence_penalty = c.presence;
-    p.frequency_penalty = c.frequency;
-    p.seed = 1234;
+    const SamplingParams p =
+        test::sampling_params(c.temperature, c.top_k, c.top_p, c.min_p, c.repetition, c.presence, c.frequency, 1234);
     std::vector<Sampler::Candidate> dist;
     const auto t = sampler_transformed(logits, p, history, &dist);
-    std::vector<double> want(size_t(V), 0.0);
-    for (const auto& d : dist) want[size_t(d.id)] = d.prob;
     ASSERT_GE(dist.size(), size_t(5)) << "a distribution worth checking, top_k " << c.top_k;
     std::vector<double> freq(size_t(V), 0.0);
     int inexact = 0;
@@ -948,16 +898,10 @@ TEST(SimtKernels, SampleFilteredDrawsFollowTheSamplerDistribution) {
       ASSERT_GE(id, 0) << "step " << s;
       ASSERT_LT(id, V) << "step " << s;
       freq[size_t(id)] += 1.0 / draws;
-      inexact += id != host_filtered_draw(t, p, uint64_t(s)).id;
+      inexact += id != per_op_filtered_draw(t, p, uint64_t(s)).id;
     }
     EXPECT_EQ(inexact, 0) << "draws that differ from the exact host draw, top_k " << c.top_k;
-    for (int i = 0; i < V; ++i) {
-      const double sd = std::sqrt(want[size_t(i)] * (1 - want[size_t(i)]) / draws);
-      EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 5 * sd + 1e-3) << "id " << i << ", top_k " << c.top_k;
-      if (want[size_t(i)] == 0.0) {
-        EXPECT_EQ(freq[size_t(i)], 0.0) << "id " << i << " is filtered out but was drawn, top_k " << c.top_k;
-      }
-    }
+    test::expect_frequencies_follow(freq, test::probabilities(dist, V), draws, "top_k " + std::to_string(c.top_k));
   }
 }
 

@@ -323,8 +323,23 @@ std::string describe(const RunSpec& s) {
   return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate);
 }
 
-// Greedy runs: logits against the CPU engine, tokens = argmax of the kernel's logits, mailbox,
-// counters, cache rows; at shallow and deep positions over 3 to 8 CTAs, in random orders.
+// A greedy run of config C, checked whole: it drew every token, each the argmax of the kernel's own
+// logits (lowest id on ties); `finished` set; no cache row outside the run written; every counter at
+// its per-token increment times the tokens run; logits against the CPU engine.
+template <class C = Tiny>
+void run_and_check_greedy(const RunSpec& s) {
+  SCOPED_TRACE(describe(s));
+  const RunResult r = run_megakernel<C>(s);
+  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+  for (size_t t = 0; t < r.tokens.size(); ++t)
+    EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
+  EXPECT_EQ(r.finished, 1);
+  EXPECT_TRUE(r.cache_outside_untouched);
+  expect_counters<C>(r, s.ctas, s.max_tokens, true);
+  expect_logits_match_cpu<C>(s, r);
+}
+
+// Shallow and deep positions over 3 to 8 CTAs, in random orders.
 TEST(SimtMegakernel, GreedyRunsMatchTheCpuEngine) {
   const RunSpec specs[] = {
       {.ctas = 4, .pos0 = 0, .max_tokens = 8, .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 1)},
@@ -332,75 +347,32 @@ TEST(SimtMegakernel, GreedyRunsMatchTheCpuEngine) {
       {.ctas = 5, .pos0 = 200, .max_tokens = 4, .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 2)},
       {.ctas = 8, .pos0 = 300, .max_tokens = 3, .emu = emulation(Order::Reverse, Order::Random, CopyTiming::AtWait, 3)},
   };
-  for (const RunSpec& s : specs) {
-    SCOPED_TRACE(describe(s));
-    const RunResult r = run_megakernel(s);
-    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
-    for (size_t t = 0; t < r.tokens.size(); ++t)
-      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
-    EXPECT_EQ(r.finished, 1);
-    EXPECT_TRUE(r.cache_outside_untouched);
-    expect_counters(r, s.ctas, s.max_tokens, true);
-    expect_logits_match_cpu(s, r);
-  }
+  for (const RunSpec& s : specs) run_and_check_greedy(s);
 }
 
 // One launch whose attention splits fill up as it goes: 8 CTAs (4 splits per kv head, 64 positions
 // each) from position 110 to 133, so a third split becomes non-empty mid-launch (the empty ones
 // still take their tickets), 24 tokens in a row.
 TEST(SimtMegakernel, LongRunAcrossAnAttentionSplitBoundary) {
-  const RunSpec s{.ctas = 8, .pos0 = 110, .max_tokens = 24,
-                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 7)};
-  const RunResult r = run_megakernel(s);
-  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
-  for (size_t t = 0; t < r.tokens.size(); ++t)
-    EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
-  EXPECT_TRUE(r.cache_outside_untouched);
-  expect_counters(r, s.ctas, s.max_tokens, true);
-  expect_logits_match_cpu(s, r);
+  run_and_check_greedy({.ctas = 8, .pos0 = 110, .max_tokens = 24,
+                        .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 7)});
 }
 
 // The H200's grid: one CTA per SM, 132 of them, on the tiny shape: CTAs 64.. own no o_proj / down
 // rows and 128.. no gate/up pairs, 32 attention splits per kv head leave CTAs 64.. without attention
 // work, and each LM-head slice is 32 rows. Every one of them still signals and takes its tickets.
 TEST(SimtMegakernel, TheH200GridOf132Ctas) {
-  const RunSpec s{.ctas = 132, .pos0 = 400, .max_tokens = 2,
-                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 6)};
-  const RunResult r = run_megakernel(s);
-  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
-  for (size_t t = 0; t < r.tokens.size(); ++t)
-    EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
-  EXPECT_EQ(r.finished, 1);
-  EXPECT_TRUE(r.cache_outside_untouched);
-  expect_counters(r, s.ctas, s.max_tokens, true);
-  expect_logits_match_cpu(s, r);
+  run_and_check_greedy({.ctas = 132, .pos0 = 400, .max_tokens = 2,
+                        .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 6)});
 }
 
 // The 0.6B and 4B widths (one layer each): q|k|v, gate/up and LM-head slices of several chunks,
 // 8 kv heads, GQA groups of 2 and of 4 (the 4B's q registers and prologue warps).
 TEST(SimtMegakernel, TheRealModelWidths) {
-  {
-    const RunSpec s{.ctas = 16, .pos0 = 130, .max_tokens = 2,
-                    .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 9)};
-    const RunResult r = run_megakernel<Wide06>(s);
-    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
-    for (size_t t = 0; t < r.tokens.size(); ++t)
-      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "0.6B widths, step " << t;
-    EXPECT_TRUE(r.cache_outside_untouched);
-    expect_counters<Wide06>(r, s.ctas, s.max_tokens, true);
-    expect_logits_match_cpu<Wide06>(s, r);
-  }
-  {
-    const RunSpec s{.ctas = 20, .pos0 = 70, .max_tokens = 2,
-                    .emu = emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 10)};
-    const RunResult r = run_megakernel<Wide4B>(s);
-    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
-    for (size_t t = 0; t < r.tokens.size(); ++t)
-      EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "4B widths, step " << t;
-    EXPECT_TRUE(r.cache_outside_untouched);
-    expect_counters<Wide4B>(r, s.ctas, s.max_tokens, true);
-    expect_logits_match_cpu<Wide4B>(s, r);
-  }
+  run_and_check_greedy<Wide06>({.ctas = 16, .pos0 = 130, .max_tokens = 2,
+                                .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 9)});
+  run_and_check_greedy<Wide4B>({.ctas = 20, .pos0 = 70, .max_tokens = 2,
+                                .emu = emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 10)});
 }
 
 // Scheduling, copy timing and the ablation switches change timing only: the same bits.
@@ -419,15 +391,13 @@ TEST(SimtMegakernel, OrdersCopyTimingAndAblationsChangeNothing) {
   }
 }
 
-// The Gumbel-max draw select_value makes for id i (temperature, then Gumbel(seed, step, i) noise in
-// double), computed on the host from the kernel's raw logits; the lowest id wins ties.
+// The Gumbel-max draw select_value makes (temperature, then Gumbel(seed, step, id) noise), computed on
+// the host from the kernel's raw logits; the lowest id wins ties.
 int32_t host_gumbel_draw(const float* logits, float temperature, uint64_t seed, uint64_t step) {
   int32_t best = -1;
   float best_v = -INFINITY;
   for (int i = 0; i < kVocab; ++i) {
-    const float l = logits[i] / temperature;
-    const double u = std::fmax(cuda::uniform_at(seed, step, uint32_t(i)), 0x1.0p-60);
-    const float v = float(double(l) - std::log(-std::log(u)));
+    const float v = test::gumbel_value(logits[i] / temperature, seed, step, i);
     if (best < 0 || v > best_v) best = i, best_v = v;
   }
   return best;

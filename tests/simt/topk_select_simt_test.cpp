@@ -646,10 +646,7 @@ TEST(SimtSelect, GumbelDrawIsTheExactHostDraw) {
     const int steps = c.ctas == 132 ? 2 : 12;
     for (int step = 0; step < steps; ++step) {
       std::vector<float> g(static_cast<size_t>(c.V));
-      for (int i = 0; i < c.V; ++i) {
-        const double u = std::max(uniform_at(p.seed, uint64_t(step), uint32_t(i)), 0x1.0p-60);
-        g[size_t(i)] = float(double(t[size_t(i)]) - std::log(-std::log(u)));
-      }
+      for (int i = 0; i < c.V; ++i) g[size_t(i)] = test::gumbel_value(t[size_t(i)], p.seed, uint64_t(step), i);
       EXPECT_EQ(sel.select(select_args(logits.data(), p, counts.data(), uint64_t(step))), lowest_argmax(g))
           << "V " << c.V << " ctas " << c.ctas << " step " << step;
     }
@@ -685,15 +682,8 @@ TEST(SimtSelect, FilteredDrawIsTheExactHostDraw) {
     std::vector<int32_t> history = {0, 3, 3, 7, 11, 11, 11, c.V - 1};
     for (int j = 0; j < 5; ++j) history.push_back(lowest_argmax(logits) - j > 0 ? lowest_argmax(logits) - j : j);
     const auto counts = counts_of(history, c.V);
-    SamplingParams p;
-    p.temperature = c.temperature;
-    p.top_k = c.top_k;
-    p.top_p = c.top_p;
-    p.min_p = c.min_p;
-    p.repetition_penalty = c.repetition;
-    p.presence_penalty = c.presence;
-    p.frequency_penalty = c.frequency;
-    p.seed = 1234 + uint64_t(c.V);
+    SamplingParams p = test::sampling_params(c.temperature, c.top_k, c.top_p, c.min_p, c.repetition, c.presence,
+                                                    c.frequency, 1234 + uint64_t(c.V));
     const auto t = sampler_transformed(logits, p, history, nullptr);
     Selector sel(c.ctas, c.V);
     const size_t index = size_t(&c - cases);
@@ -770,19 +760,10 @@ TEST(SimtSelect, DrawsFollowTheSamplerDistribution) {
   const Case cases[] = {{0.6f, 20, 0.95f, 0.02f, 1.3f, 0.5f, 0.2f, 2000}, {0.8f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1000}};
   Selector sel(ctas, V);
   for (const Case& c : cases) {
-    SamplingParams p;
-    p.temperature = c.temperature;
-    p.top_k = c.top_k;
-    p.top_p = c.top_p;
-    p.min_p = c.min_p;
-    p.repetition_penalty = c.repetition;
-    p.presence_penalty = c.presence;
-    p.frequency_penalty = c.frequency;
-    p.seed = 1234;
+    const SamplingParams p =
+        test::sampling_params(c.temperature, c.top_k, c.top_p, c.min_p, c.repetition, c.presence, c.frequency, 1234);
     std::vector<Sampler::Candidate> dist;
     const auto t = sampler_transformed(logits, p, history, &dist);
-    std::vector<double> want(size_t(V), 0.0);
-    for (const auto& d : dist) want[size_t(d.id)] = d.prob;
     std::vector<double> freq(size_t(V), 0.0);
     int inexact = 0;
     for (int s = 0; s < c.draws; ++s) {
@@ -795,21 +776,13 @@ TEST(SimtSelect, DrawsFollowTheSamplerDistribution) {
         exact = host_filtered_draw(logits, p, history, uint64_t(s)).id;
       } else {
         std::vector<float> g(static_cast<size_t>(V));
-        for (int i = 0; i < V; ++i)
-          g[size_t(i)] = float(double(t[size_t(i)]) -
-                               std::log(-std::log(std::max(uniform_at(p.seed, uint64_t(s), uint32_t(i)), 0x1.0p-60))));
+        for (int i = 0; i < V; ++i) g[size_t(i)] = test::gumbel_value(t[size_t(i)], p.seed, uint64_t(s), i);
         exact = lowest_argmax(g);
       }
       inexact += id != exact;
     }
     EXPECT_EQ(inexact, 0) << "draws that differ from the exact host draw, top_k " << c.top_k;
-    for (int i = 0; i < V; ++i) {
-      const double sd = std::sqrt(want[size_t(i)] * (1 - want[size_t(i)]) / c.draws);
-      EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 5 * sd + 1e-3) << "id " << i << ", top_k " << c.top_k;
-      if (want[size_t(i)] == 0.0) {
-        EXPECT_EQ(freq[size_t(i)], 0.0) << "id " << i << " is filtered out but was drawn";
-      }
-    }
+    test::expect_frequencies_follow(freq, test::probabilities(dist, V), c.draws, "top_k " + std::to_string(c.top_k));
   }
 }
 
