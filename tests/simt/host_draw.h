@@ -51,6 +51,28 @@ inline int32_t lowest_argmax(const std::vector<float>& v) {
   return best;
 }
 
+// How many of the K candidates (probabilities probs / total, best first) survive the top-p prefix
+// and the min-p floor, in the device samplers' arithmetic.
+inline int kept_after_cuts(const std::vector<double>& probs, double total, int K, float top_p, float min_p) {
+  int keep = K;
+  if (top_p < 1.0f) {
+    double mass = 0.0;
+    int n = 0;
+    while (n < keep) {
+      mass += probs[size_t(n++)] / total;
+      if (mass >= double(top_p)) break;
+    }
+    keep = n;
+  }
+  if (min_p > 0.0f) {
+    const double floor = double(min_p) * (probs[0] / total);
+    int n = 1;
+    while (n < keep && probs[size_t(n)] / total >= floor) ++n;
+    keep = n;
+  }
+  return keep;
+}
+
 // The filtered draw the kernel must make, computed on the host: the Sampler's candidates (their
 // order), the kernel's K = top_k list (value desc, id asc; the Sampler's kept candidates are its
 // prefix), and merge_and_draw's arithmetic on them: fp64 exp(v - top) (the difference taken in double,
@@ -83,22 +105,7 @@ inline HostDraw host_filtered_draw(const std::vector<float>& logits, const Sampl
   double total = 0.0;
   for (int i = 0; i < K; ++i) probs[size_t(i)] = std::exp(double(h.top_v[size_t(i)]) - double(top));
   for (int i = 0; i < K; ++i) total += probs[size_t(i)];
-  int keep = K;
-  if (p.top_p < 1.0f) {
-    double mass = 0.0;
-    int n = 0;
-    while (n < keep) {
-      mass += probs[size_t(n++)] / total;
-      if (mass >= double(p.top_p)) break;
-    }
-    keep = n;
-  }
-  if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * (probs[0] / total);
-    int n = 1;
-    while (n < keep && probs[size_t(n)] / total >= floor) ++n;
-    keep = n;
-  }
+  const int keep = kept_after_cuts(probs, total, K, p.top_p, p.min_p);
   h.keep = size_t(keep);
   EXPECT_EQ(h.keep, dist.size()) << "kept candidates: the kernel's arithmetic vs the Sampler's";
   double mass = 0.0;

@@ -774,22 +774,7 @@ PerOpDraw per_op_filtered_draw(const std::vector<float>& t, const SamplingParams
     }
     total *= std::exp(double(mx) - double(top));
   }
-  int keep = K;
-  if (p.top_p < 1.0f) {
-    double mass = 0.0;
-    int n = 0;
-    while (n < keep) {
-      mass += probs[size_t(n++)] / total;
-      if (mass >= double(p.top_p)) break;
-    }
-    keep = n;
-  }
-  if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * (probs[0] / total);
-    int n = 1;
-    while (n < keep && probs[size_t(n)] / total >= floor) ++n;
-    keep = n;
-  }
+  const int keep = test::kept_after_cuts(probs, total, K, p.top_p, p.min_p);
   double mass = 0.0;
   for (int i = 0; i < keep; ++i) mass += probs[size_t(i)] / total;
   PerOpDraw h;
