@@ -39,6 +39,19 @@ const CublasApi& cublas_api() {
   static CublasApi api;
   static std::once_flag once;
   std::call_once(once, [] {
+#if defined(MEGAQWEN_SIMT)
+    // The emulated device (tests/simt) brings its own cuBLAS, linked in.
+    api.handle = reinterpret_cast<void*>(&api);
+    api.path = "emulated cuBLAS (tests/simt)";
+    api.create = &::cublasCreate_v2;
+    api.destroy = &::cublasDestroy_v2;
+    api.set_stream = &::cublasSetStream_v2;
+    api.set_workspace = &::cublasSetWorkspace_v2;
+    api.set_math_mode = &::cublasSetMathMode;
+    api.gemm_ex = static_cast<CublasApi::GemmEx>(&::cublasGemmEx);
+    api.status_string = &::cublasGetStatusString;
+    return;
+#endif
     for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
       api.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
       if (api.handle) {

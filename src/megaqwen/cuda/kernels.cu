@@ -16,6 +16,7 @@
 #include "megaqwen/cuda/kernels/rope_qknorm.cuh"
 #include "megaqwen/cuda/kernels/sampling.cuh"
 #include "megaqwen/cuda/kernels/swiglu.cuh"
+#include "megaqwen/cuda/launch.cuh"
 
 namespace megaqwen::cuda {
 
@@ -38,26 +39,26 @@ int elementwise_blocks(size_t n, int threads) {
 
 void embed_rows(const uint16_t* table, int hidden, const int32_t* tokens, int T, float* x, cudaStream_t stream) {
   if (T == 0) return;
-  embed_rows_kernel<<<T, 128, 0, stream>>>(as_bf16(table), hidden, tokens, x);
+  launch_kernel(embed_rows_kernel, T, 128, 0, stream, as_bf16(table), hidden, tokens, x);
   CUDA_CHECK_LAUNCH("embed_rows_kernel");
 }
 
 void split_bf16(const float* x, size_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   if (n == 0) return;
-  split_bf16_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(x, n, as_bf16(hi), as_bf16(lo));
+  launch_kernel(split_bf16_kernel, elementwise_blocks(n, 256), 256, 0, stream, x, n, as_bf16(hi), as_bf16(lo));
   CUDA_CHECK_LAUNCH("split_bf16_kernel");
 }
 
 void fill_noise_bf16(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream) {
   if (n == 0) return;
-  fill_noise_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(as_bf16(dst), n, seed);
+  launch_kernel(fill_noise_kernel, elementwise_blocks(n, 256), 256, 0, stream, as_bf16(dst), n, seed);
   CUDA_CHECK_LAUNCH("fill_noise_kernel");
 }
 
 void rms_norm_f32(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {
   if (n > kNormThreads * kNormMaxPerThread) unsupported("RMSNorm width", n);
   if (rows == 0) return;
-  rms_norm_kernel<NormOut::F32><<<rows, kNormThreads, 0, stream>>>(x, w, n, eps, out, nullptr, nullptr);
+  launch_kernel(rms_norm_kernel<NormOut::F32>, rows, kNormThreads, 0, stream, x, w, n, eps, out, nullptr, nullptr);
   CUDA_CHECK_LAUNCH("rms_norm_kernel<F32>");
 }
 
@@ -65,7 +66,8 @@ void rms_norm_split(const float* x, const float* w, int rows, int n, float eps, 
                     cudaStream_t stream) {
   if (n > kNormThreads * kNormMaxPerThread) unsupported("RMSNorm width", n);
   if (rows == 0) return;
-  rms_norm_kernel<NormOut::Split><<<rows, kNormThreads, 0, stream>>>(x, w, n, eps, nullptr, as_bf16(hi), as_bf16(lo));
+  launch_kernel(rms_norm_kernel<NormOut::Split>, rows, kNormThreads, 0, stream, x, w, n, eps, nullptr, as_bf16(hi),
+                as_bf16(lo));
   CUDA_CHECK_LAUNCH("rms_norm_kernel<Split>");
 }
 
@@ -74,14 +76,12 @@ void qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned(a.T), unsigned(a.heads + a.kv_heads));
   switch (a.head_dim) {
     case 64:
-      qk_norm_rope_kernel<64><<<grid, 32, 0, stream>>>(a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm, a.inv_freq,
-                                                       a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache),
-                                                       as_bf16(a.v_cache));
+      launch_kernel(qk_norm_rope_kernel<64>, grid, 32, 0, stream, a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm,
+                    a.inv_freq, a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache), as_bf16(a.v_cache));
       break;
     case 128:
-      qk_norm_rope_kernel<128><<<grid, 32, 0, stream>>>(a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm, a.inv_freq,
-                                                        a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache),
-                                                        as_bf16(a.v_cache));
+      launch_kernel(qk_norm_rope_kernel<128>, grid, 32, 0, stream, a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm,
+                    a.inv_freq, a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache), as_bf16(a.v_cache));
       break;
     default: unsupported("head_dim", a.head_dim);
   }
@@ -108,8 +108,8 @@ void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream
   }
   const dim3 grid(unsigned(div_up(a.T, kPrefillBQ)), unsigned(a.heads));
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  attention_prefill_kernel<D><<<grid, kPrefillThreads, PrefillSmem<D>::kBytes, stream>>>(
-      a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
+  launch_kernel(attention_prefill_kernel<D>, grid, kPrefillThreads, PrefillSmem<D>::kBytes, stream, a.q,
+                as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
   CUDA_CHECK_LAUNCH("attention_prefill_kernel");
 }
 }  // namespace
@@ -127,11 +127,11 @@ namespace {
 template <int D, int G>
 void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  attention_decode_kernel<D, G><<<dim3(unsigned(a.kv_heads), unsigned(a.splits)), kDecodeAttnThreads, 0, stream>>>(
-      a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.pos_ptr, a.kv_heads, a.splits, scale_log2, a.partial_o,
-      a.partial_ml);
+  launch_kernel(attention_decode_kernel<D, G>, dim3(unsigned(a.kv_heads), unsigned(a.splits)), kDecodeAttnThreads, 0,
+                stream, a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.pos_ptr, a.kv_heads, a.splits, scale_log2,
+                a.partial_o, a.partial_ml);
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
-  attention_decode_merge_kernel<D><<<a.heads, D, 0, stream>>>(a.partial_o, a.partial_ml, a.splits, a.out);
+  launch_kernel(attention_decode_merge_kernel<D>, a.heads, D, 0, stream, a.partial_o, a.partial_ml, a.splits, a.out);
   CUDA_CHECK_LAUNCH("attention_decode_merge_kernel");
 }
 template <int D>
@@ -161,14 +161,14 @@ void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, Gem
   const int blocks = div_up(rows, rows_per_block);
   switch (mode) {
     case GemvOut::Store:
-      gemv_bf16_kernel<GemvEpilogue::Store><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      launch_kernel(gemv_bf16_kernel<GemvEpilogue::Store>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
       break;
     case GemvOut::Add:
-      gemv_bf16_kernel<GemvEpilogue::Add><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      launch_kernel(gemv_bf16_kernel<GemvEpilogue::Add>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
       break;
     case GemvOut::SwiGLU:
       if (rows % 2 != 0) unsupported("SwiGLU GEMV rows (must be even)", rows);
-      gemv_bf16_kernel<GemvEpilogue::SwiGLU><<<blocks, kGemvThreads, 0, stream>>>(as_bf16(W), x, rows, K, y);
+      launch_kernel(gemv_bf16_kernel<GemvEpilogue::SwiGLU>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
       break;
   }
   CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
@@ -177,8 +177,8 @@ void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, Gem
 void swiglu_split(const float* gu, int T, int I, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   const size_t n = size_t(T) * size_t(I);
   if (n == 0) return;
-  swiglu_split_kernel<<<elementwise_blocks(n, 256), 256, 0, stream>>>(reinterpret_cast<const float2*>(gu), n,
-                                                                       as_bf16(hi), as_bf16(lo));
+  launch_kernel(swiglu_split_kernel, elementwise_blocks(n, 256), 256, 0, stream, reinterpret_cast<const float2*>(gu), n,
+                as_bf16(hi), as_bf16(lo));
   CUDA_CHECK_LAUNCH("swiglu_split_kernel");
 }
 
@@ -187,9 +187,9 @@ int argmax_blocks(int V) { return std::clamp(div_up(V, 4 * kArgmaxThreads), 1, 2
 void argmax(const float* logits, int V, const LogitTransform& t, int blocks, uint64_t* partial, int32_t* out,
             cudaStream_t stream) {
   if (blocks < 1 || blocks > kArgmaxMaxBlocks) unsupported("argmax block count", blocks);
-  argmax_partial_kernel<<<blocks, kArgmaxThreads, 0, stream>>>(logits, V, t, partial);
+  launch_kernel(argmax_partial_kernel, blocks, kArgmaxThreads, 0, stream, logits, V, t, partial);
   CUDA_CHECK_LAUNCH("argmax_partial_kernel");
-  argmax_final_kernel<<<1, kArgmaxThreads, 0, stream>>>(partial, blocks, out);
+  launch_kernel(argmax_final_kernel, 1, kArgmaxThreads, 0, stream, partial, blocks, out);
   CUDA_CHECK_LAUNCH("argmax_final_kernel");
 }
 
@@ -197,19 +197,20 @@ void sample_filtered(const float* logits, int V, const LogitTransform& t, const 
                      int32_t* out, cudaStream_t stream) {
   LogitTransform no_noise = t;
   no_noise.gumbel = false;
-  transform_logits_kernel<<<elementwise_blocks(size_t(V), 256), 256, 0, stream>>>(logits, V, no_noise, scratch);
+  launch_kernel(transform_logits_kernel, elementwise_blocks(size_t(V), 256), 256, 0, stream, logits, V, no_noise,
+                scratch);
   CUDA_CHECK_LAUNCH("transform_logits_kernel");
   const bool top_k_on = f.top_k > 0 && f.top_k < V;
   const int K = std::min({top_k_on ? f.top_k : kSampleCandidates, kSampleCandidates, V});
   const bool normalize_over_k = top_k_on && f.top_k <= kSampleCandidates;
-  sample_filtered_kernel<<<1, kSampleThreads, 0, stream>>>(scratch, V, K, normalize_over_k, f.top_p, f.min_p, t.seed,
-                                                           t.step, out);
+  launch_kernel(sample_filtered_kernel, 1, kSampleThreads, 0, stream, scratch, V, K, normalize_over_k, f.top_p, f.min_p,
+                t.seed, t.step, out);
   CUDA_CHECK_LAUNCH("sample_filtered_kernel");
 }
 
 void count_tokens(const int32_t* ids, int n, int32_t* counts, cudaStream_t stream) {
   if (n == 0) return;
-  count_tokens_kernel<<<div_up(n, 256), 256, 0, stream>>>(ids, n, counts);
+  launch_kernel(count_tokens_kernel, div_up(n, 256), 256, 0, stream, ids, n, counts);
   CUDA_CHECK_LAUNCH("count_tokens_kernel");
 }
 

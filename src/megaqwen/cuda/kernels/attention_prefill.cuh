@@ -43,7 +43,7 @@ __global__ __launch_bounds__(kPrefillThreads) void attention_prefill_kernel(
   using L = PrefillSmem<D>;
   constexpr int DC = D / 16;  // output columns per thread
   constexpr int D8 = D / 8;   // 16-byte groups per cache row
-  extern __shared__ float smem[];
+  MEGAQWEN_EXTERN_SHARED(float, smem);
   float* Qs = smem + L::kQ;
   float* Kt = smem + L::kKt;
   float* Vs = smem + L::kV;

@@ -13,6 +13,14 @@ using bf16 = __nv_bfloat16;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// The block's dynamic shared memory as `T* name`: extern __shared__ on a GPU, the emulator's
+// per-block buffer under the simt emulator (tests/simt).
+#if defined(MEGAQWEN_SIMT)
+#define MEGAQWEN_EXTERN_SHARED(T, name) T* name = ::simt::dynamic_shared<T>()
+#else
+#define MEGAQWEN_EXTERN_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 __host__ __device__ constexpr int div_up(int a, int b) { return (a + b - 1) / b; }
 
 // 8 bf16 in a 16-byte word -> 8 floats (bf16 is the top half of an fp32; element 0 is the low half).

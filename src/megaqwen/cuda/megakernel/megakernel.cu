@@ -6,13 +6,16 @@
 #include <string>
 
 #include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/launch.cuh"
 #include "megaqwen/cuda/megakernel/megakernel.cuh"
 
 namespace megaqwen::cuda::mk {
 
 template <class C>
 __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ Params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(MEGAQWEN_SIMT)
+  megakernel_body<C>(p, simt::dynamic_shared<uint8_t>());  // the emulated device (tests/simt)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
   megakernel_body<C>(p, smem);
 #else
@@ -84,7 +87,7 @@ int max_ctas_per_sm(const Shape& shape) {
 
 void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t stream) {
   const bool found = dispatch(shape, [&]<class C>(const char*) {
-    megakernel<C><<<ctas, kThreads, C::kSmemBytes, stream>>>(params);
+    launch_persistent(megakernel<C>, ctas, kThreads, C::kSmemBytes, stream, params);
     CUDA_CHECK_LAUNCH("megakernel");
   });
   if (!found) throw_error("megakernel: no compiled config for this model shape");
@@ -93,7 +96,7 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
 
 void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream) {
-  select_test_kernel<<<ctas, kThreads, 0, stream>>>(args);
+  launch_kernel(select_test_kernel, ctas, kThreads, 0, stream, args);
   CUDA_CHECK_LAUNCH("select_test_kernel");
 }
 
