@@ -30,17 +30,11 @@
 namespace megaqwen {
 namespace {
 
+using test::random_ids;
 using test::relative_max_error;
 
 constexpr double kGpuLogitTolerance = 2e-2;
 constexpr double kGpuSelfTolerance = 5e-3;
-
-std::vector<int32_t> random_ids(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = int32_t(rng() % 151000);
-  return ids;
-}
 
 std::span<const float> row(const std::vector<float>& all, size_t pos, int V) {
   return std::span<const float>(all).subspan(pos * size_t(V), size_t(V));

@@ -25,6 +25,19 @@ namespace megaqwen::test {
     if (!::megaqwen::cuda::device_usable(&mq_why_)) GTEST_SKIP() << "no usable GPU: " << mq_why_; \
   } while (0)
 
+// Whether this build runs on the emulated device (tests/simt: test_cuda_emulated, MEGAQWEN_SIMT),
+// where a kernel costs ~10^4 times its GPU time: tests shrink their sweeps there (same assertions,
+// fewer sizes) or skip with MQ_SKIP_IF_EMULATED when even the smallest run would take minutes.
+#if defined(MEGAQWEN_SIMT)
+constexpr bool kEmulatedDevice = true;
+#else
+constexpr bool kEmulatedDevice = false;
+#endif
+#define MQ_SKIP_IF_EMULATED(why)                                                    \
+  do {                                                                              \
+    if (::megaqwen::test::kEmulatedDevice) GTEST_SKIP() << "emulated device: " << why; \
+  } while (0)
+
 // As MQ_REQUIRE_GPU, and cuBLAS must be loadable (a failure on a GPU machine, not a skip).
 #define MQ_REQUIRE_GPU_AND_CUBLAS()                                              \
   do {                                                                           \

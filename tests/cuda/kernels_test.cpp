@@ -72,7 +72,8 @@ TEST(CudaKernels, GemvAllEpilogues) {
 
       auto y = poisoned_f32(size_t(rows));
       cuda::gemv_bf16(dW.data(), dx.data(), rows, K, y.data(), cuda::GemvOut::Store, nullptr);
-      EXPECT_LE(rel_error(download(y), dot), kFp32Tolerance) << "store rows " << rows << " K " << K;
+      const std::vector<float> sums = download(y);
+      EXPECT_LE(rel_error(sums, dot), kFp32Tolerance) << "store rows " << rows << " K " << K;
 
       auto ya = upload(y0);
       cuda::gemv_bf16(dW.data(), dx.data(), rows, K, ya.data(), cuda::GemvOut::Add, nullptr);
@@ -82,8 +83,11 @@ TEST(CudaKernels, GemvAllEpilogues) {
 
       auto ys = poisoned_f32(size_t(rows / 2));
       cuda::gemv_bf16(dW.data(), dx.data(), rows, K, ys.data(), cuda::GemvOut::SwiGLU, nullptr);
+      // The epilogue against the Store kernel's own sums (checked above): silu(g) * u of one pair can
+      // be far smaller than its terms, so against the fp64 dots its relative error is not bounded by
+      // the sums' (observed 2.1e-5 for the single pair of rows 2, K 3072, on the emulated device).
       std::vector<float> ref_swiglu(static_cast<size_t>(rows / 2));
-      for (int i = 0; i < rows / 2; ++i) ref_swiglu[size_t(i)] = cpu::silu(dot[size_t(2 * i)]) * dot[size_t(2 * i + 1)];
+      for (int i = 0; i < rows / 2; ++i) ref_swiglu[size_t(i)] = cpu::silu(sums[size_t(2 * i)]) * sums[size_t(2 * i + 1)];
       EXPECT_LE(rel_error(download(ys), ref_swiglu), kFp32Tolerance) << "swiglu rows " << rows << " K " << K;
     }
   }

@@ -2,33 +2,53 @@
 // (only when a GPU is present: the tests skip before asking for one).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "megaqwen/model/model.h"
 #include "megaqwen/model/synth.h"
+#include "cuda/gpu_test_util.h"
 #include "test_paths.h"
 
 namespace megaqwen::test {
 
-inline std::filesystem::path synth_model_dir(const std::string& preset) {
-  const auto dir = test::process_temp_dir("megaqwen-test-cuda-" + preset);
+// The tiny model's vocabulary on the emulated device: 4,099 ids instead of 151,936 (the LM head and
+// the token selection dominate an emulated step otherwise; odd, so CTA slices stay ragged).
+constexpr int kEmulatedTinyVocab = 4099;
+
+inline std::filesystem::path synth_model_dir(const std::string& preset, int vocab_size = 0) {
+  const std::string suffix = vocab_size ? "-v" + std::to_string(vocab_size) : "";
+  const auto dir = test::process_temp_dir("megaqwen-test-cuda-" + preset + suffix);
   if (!std::filesystem::exists(dir / "model.safetensors")) {
     SynthOptions o;
     o.preset = preset;
     o.seed = 0;
+    o.vocab_size = vocab_size;
     o.out_dir = dir;
     write_synthetic_model(o);
   }
   return dir;
 }
 
-// The tiny preset (2 layers, hidden 64, head_dim 128, GQA 2, the real 151,936-token vocabulary).
+// The tiny preset (2 layers, hidden 64, head_dim 128, GQA 2, the real 151,936-token vocabulary; on
+// the emulated device kEmulatedTinyVocab).
 inline std::shared_ptr<const Model> tiny_model() {
-  static std::shared_ptr<const Model> model = load_model(synth_model_dir("tiny").string());
+  static std::shared_ptr<const Model> model =
+      load_model(synth_model_dir("tiny", kEmulatedDevice ? kEmulatedTinyVocab : 0).string());
   return model;
+}
+
+// n token ids below 151,000 (below 4,000 on the emulated device: inside the tiny model's vocabulary).
+inline std::vector<int32_t> random_ids(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % (kEmulatedDevice ? 4000 : 151000));
+  return ids;
 }
 
 // Full Qwen3-0.6B shapes: MEGAQWEN_TEST_QWEN3_06B names an existing folder (scripts/gpu-check.sh

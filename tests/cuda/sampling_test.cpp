@@ -33,7 +33,10 @@ void set_value(cuda::DeviceBuffer<float>& d, int i, float v) {
 
 TEST(CudaSampling, ArgmaxWinnerInEveryBlockSliceAndAtTheEdges) {
   MQ_REQUIRE_GPU();
-  for (int V : {1, 31, 1000, 4097, 151936}) {
+  // Emulated: no full vocabulary, and the winner in the first two, a middle and the last two slices.
+  const std::vector<int> vocabs =
+      kEmulatedDevice ? std::vector<int>{1, 31, 1000, 4097} : std::vector<int>{1, 31, 1000, 4097, 151936};
+  for (int V : vocabs) {
     const auto base = random_floats(size_t(V), uint64_t(V), -10, 10);
     auto d = upload(base);
     for (int blocks : {1, 3, 7, 64, cuda::argmax_blocks(V), 1000, cuda::kArgmaxMaxBlocks}) {
@@ -41,6 +44,7 @@ TEST(CudaSampling, ArgmaxWinnerInEveryBlockSliceAndAtTheEdges) {
       const int slice = (V + blocks - 1) / blocks;
       std::vector<int> spots = {0, V - 1};
       for (int b = 0; b < blocks && b * slice < V; ++b) {
+        if (kEmulatedDevice && b > 1 && b != blocks / 2 && b < blocks - 2) continue;
         spots.push_back(b * slice);
         spots.push_back(std::min(V, (b + 1) * slice) - 1);
       }
@@ -55,11 +59,11 @@ TEST(CudaSampling, ArgmaxWinnerInEveryBlockSliceAndAtTheEdges) {
 
 TEST(CudaSampling, ArgmaxTiesPickTheLowestIdAndNanNeverWins) {
   MQ_REQUIRE_GPU();
-  const int V = 151936;
+  const int V = kEmulatedDevice ? 4097 : 151936;
   auto base = random_floats(size_t(V), 42, -10, 10);
   auto d = upload(base);
   for (int blocks : {1, 5, cuda::argmax_blocks(V), cuda::kArgmaxMaxBlocks}) {
-    for (auto [a, b] : {std::pair{5, 150000}, std::pair{70000, 70001}, std::pair{0, V - 1}}) {
+    for (auto [a, b] : {std::pair{5, V - 1936}, std::pair{V / 2, V / 2 + 1}, std::pair{0, V - 1}}) {
       set_value(d, b, 50.0f);
       set_value(d, a, 50.0f);
       EXPECT_EQ(device_argmax(d, V, blocks), a) << "tie " << a << "/" << b << " blocks " << blocks;
@@ -114,13 +118,13 @@ int32_t device_filtered(const cuda::DeviceBuffer<float>& logits, int V, const cu
 
 TEST(CudaSampling, FilteredDrawsStayInsideTheFilter) {
   MQ_REQUIRE_GPU();
-  const int V = 151936;
+  const int V = kEmulatedDevice ? 4097 : 151936;
   const auto logits = random_floats(size_t(V), 77, -8, 8);
   auto d = upload(logits);
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
-  for (uint64_t step = 0; step < 50; ++step) {
+  for (uint64_t step = 0; step < (kEmulatedDevice ? 8 : 50); ++step) {
     cuda::LogitTransform t;
     t.temperature = 0.7f;
     t.seed = 3;
@@ -138,7 +142,8 @@ TEST(CudaSampling, FilteredDrawsStayInsideTheFilter) {
 
 // Frequencies of many keyed draws against the CPU Sampler's probabilities (computed the same way:
 // temperature, top-k, softmax over the kept set, top-p prefix, min-p floor). With 20,000 draws the
-// standard error of a probability p is sqrt(p(1-p)/20000) <= 0.0036; 0.015 is 4 standard errors.
+// standard error of a probability p is sqrt(p(1-p)/20000) <= 0.0036; 0.015 is 4 standard errors (the
+// emulated device draws 4,000 times, with the bound widened by sqrt(5) to the same 4 errors).
 std::vector<double> cpu_probabilities(const std::vector<float>& logits, float temperature, int top_k, float top_p,
                                       float min_p) {
   const size_t V = logits.size();
@@ -187,7 +192,8 @@ TEST(CudaSampling, DrawFrequenciesMatchTheCpuProbabilities) {
     const auto want = cpu_probabilities(logits, c.temperature, c.top_k, c.top_p, c.min_p);
     const bool plain = c.top_k == 0 && c.top_p >= 1 && c.min_p <= 0;
     std::vector<double> freq(static_cast<size_t>(V), 0.0);
-    const int draws = 20000;
+    const int draws = kEmulatedDevice ? 4000 : 20000;
+    const double tolerance = 0.015 * std::sqrt(20000.0 / draws);
     // Buffers allocated once: 20,000 draws x 4 cases with a cudaMalloc/cudaFree per draw (as the
     // device_argmax / device_filtered helpers do) would spend most of this test in the allocator.
     cuda::DeviceBuffer<uint64_t> partial(static_cast<size_t>(cuda::kArgmaxMaxBlocks));
@@ -212,7 +218,7 @@ TEST(CudaSampling, DrawFrequenciesMatchTheCpuProbabilities) {
       freq[size_t(id)] += 1.0 / draws;
     }
     for (int i = 0; i < V; ++i) {
-      EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], 0.015) << "id " << i << " T " << c.temperature << " k " << c.top_k
+      EXPECT_NEAR(freq[size_t(i)], want[size_t(i)], tolerance) << "id " << i << " T " << c.temperature << " k " << c.top_k
                                                            << " p " << c.top_p << " min_p " << c.min_p;
       if (want[size_t(i)] == 0.0) {
         EXPECT_EQ(freq[size_t(i)], 0.0) << "filtered id " << i << " was drawn";
