@@ -1,9 +1,10 @@
 // The emulated CUDA runtime (shim/cuda_runtime_api.h): allocations known by range, streams as queues
-// that run when the host waits, graphs as recorded queues, kernels run by the simt emulator. One
-// device, one host thread at a time (a mutex guards the state; kernels run outside it).
+// that run when the host waits (or, in the concurrent mode, on a worker thread per created stream),
+// graphs as recorded queues, kernels run by the simt emulator one at a time. A mutex guards the state.
 #include "simt/emulated_runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,6 +38,9 @@ struct Stream {
   bool blocking = true;  // waits for / is waited for by the legacy stream
   std::deque<Work> queue;
   Graph* capture = nullptr;  // while capturing: work is recorded, not queued
+  // Concurrent mode: a worker runs the queue as work arrives; `busy` while it runs an item.
+  std::thread worker;
+  bool busy = false, quit = false;
 };
 
 struct State {
@@ -49,10 +54,16 @@ struct State {
   bool fault = false;                           // a kernel faulted: the context is unusable (sticky)
   int captures = 0;                             // streams capturing now
   Stats stats;
+  std::mutex kernel_mutex;                      // one emulated kernel at a time (any thread)
 };
 
 State& state() {
-  static State* s = new State;  // never destroyed: static buffers may be freed after main
+  static State* s = [] {
+    State* st = new State;  // never destroyed: static buffers may be freed after main
+    const char* env = std::getenv("MEGAQWEN_EMULATED_STREAMS");
+    st->config.concurrent = env && std::string(env) == "concurrent";
+    return st;
+  }();
   return *s;
 }
 
@@ -93,19 +104,55 @@ Stream* stream_of(cudaStream_t handle) {
   return nullptr;
 }
 
-// Runs a stream's queued work in order. A kernel that throws faults the context: the rest of the
-// queue is dropped and every later wait reports cudaErrorLaunchFailure.
+// Runs one item of work; a kernel that throws faults the context (sticky).
+void run_work(Work& w) {
+  try {
+    w();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "emulated CUDA device: a kernel faulted: %s\n", e.what());
+    std::lock_guard lock(state().mutex);
+    state().fault = true;
+  }
+}
+
+// Concurrent mode: a created stream's worker thread.
+void worker_loop(Stream* st) {
+  State& s = state();
+  std::unique_lock lock(s.mutex);
+  for (;;) {
+    while (st->queue.empty() && !st->quit) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
+    if (st->queue.empty()) return;  // quit
+    Work w = std::move(st->queue.front());
+    st->queue.pop_front();
+    st->busy = true;
+    lock.unlock();
+    if (!s.fault) run_work(w);
+    lock.lock();
+    st->busy = false;
+  }
+}
+
+// Runs a stream's queued work in order (concurrent mode: waits until its worker is done; the caller
+// holds the state mutex once, which is released while waiting). After a kernel faulted, the rest of
+// the queue is dropped and every later wait reports cudaErrorLaunchFailure.
 cudaError_t drain(Stream& st) {
   State& s = state();
+  if (st.worker.joinable()) {
+    while (!st.queue.empty() || st.busy) {
+      s.mutex.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      s.mutex.lock();
+    }
+    return s.fault ? cudaErrorLaunchFailure : cudaSuccess;
+  }
   while (!st.queue.empty() && !s.fault) {
     Work w = std::move(st.queue.front());
     st.queue.pop_front();
-    try {
-      w();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "emulated CUDA device: a kernel faulted: %s\n", e.what());
-      s.fault = true;
-    }
+    run_work(w);
   }
   if (s.fault) {
     st.queue.clear();
@@ -197,7 +244,10 @@ void enqueue_kernel(cudaStream_t stream, const KernelLaunch& k, std::function<vo
   if (k.coresident) o.stack_bytes = std::min<size_t>(o.stack_bytes, 64 * 1024);
   const dim3 grid = k.grid, block = k.block;
   enqueue(stream, [grid, block, o, body = std::move(body)] {
-    simt::launch(grid, block, body, o);
+    {
+      std::lock_guard one_kernel(state().kernel_mutex);
+      simt::launch(grid, block, body, o);
+    }
     std::lock_guard lock(state().mutex);
     ++state().stats.kernels;
   });
@@ -301,8 +351,8 @@ cudaError_t allocate(void** ptr, size_t bytes, simt_runtime::Kind kind) {
   if (bytes == 0) return cudaSuccess;
   if (kind == simt_runtime::Kind::Device && s.device_bytes + bytes > s.config.memory)
     return fail(cudaErrorMemoryAllocation);
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!p) return fail(cudaErrorMemoryAllocation);
+  void* p = nullptr;  // exactly `bytes` (no rounding), so AddressSanitizer sees a kernel that overruns
+  if (posix_memalign(&p, 256, bytes) != 0) return fail(cudaErrorMemoryAllocation);
   std::memset(p, 0xff, bytes);  // undefined contents: NaN floats, -1 ints
   s.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, kind};
   if (kind == simt_runtime::Kind::Device) s.device_bytes += bytes;
@@ -436,6 +486,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   std::lock_guard lock(s.mutex);
   auto st = std::make_unique<simt_runtime::Stream>();
   st->blocking = !(flags & cudaStreamNonBlocking);
+  if (s.config.concurrent) st->worker = std::thread(simt_runtime::worker_loop, st.get());
   *stream = reinterpret_cast<cudaStream_t>(st.get());
   s.streams.push_back(std::move(st));
   return cudaSuccess;
@@ -445,9 +496,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::lock_guard lock(s.mutex);
   for (auto it = s.streams.begin(); it != s.streams.end(); ++it)
     if (reinterpret_cast<cudaStream_t>(it->get()) == stream) {
-      simt_runtime::drain(**it);  // destruction lets queued work finish
-      if ((*it)->capture) return fail(cudaErrorStreamCaptureUnsupported);
-      s.streams.erase(it);
+      simt_runtime::Stream* st = it->get();
+      simt_runtime::drain(*st);  // destruction lets queued work finish
+      if (st->capture) return fail(cudaErrorStreamCaptureUnsupported);
+      if (st->worker.joinable()) {
+        st->quit = true;
+        s.mutex.unlock();  // the worker takes the mutex to see `quit`
+        st->worker.join();
+        s.mutex.lock();
+      }
+      std::erase_if(s.streams, [st](const auto& p) { return p.get() == st; });
       return cudaSuccess;
     }
   return fail(cudaErrorInvalidResourceHandle);
@@ -465,8 +523,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const cudaError_t e = stream ? simt_runtime::drain(*st) : simt_runtime::drain_legacy();
   return e == cudaSuccess ? e : fail(e);
 }
-// The queue runs now: the emulated device has no concurrency, so "not ready" never happens.
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
+// Lazy mode: the queue runs now ("not ready" never happens). Concurrent mode: not ready while the
+// stream's worker has work.
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  {
+    std::lock_guard lock(state().mutex);
+    simt_runtime::Stream* st = simt_runtime::stream_of(stream);
+    if (st && st->worker.joinable() && !st->capture && (!st->queue.empty() || st->busy)) return cudaErrorNotReady;
+  }
+  return cudaStreamSynchronize(stream);
+}
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   auto& s = state();

@@ -19,6 +19,11 @@ struct DeviceConfig {
   size_t smem_optin = 232448;               // sharedMemPerBlockOptin (H100 / H200: 227 KB)
   size_t smem_per_sm = 233472;              // 228 KB
   simt::Options kernel_options;             // thread / block order, skew, ... for every launch
+  // Streams created from now on run their work on a worker thread as it arrives (a host can watch
+  // a persistent kernel's mapped-memory output while it runs, and stop it). Default: work runs
+  // only when the host waits. The environment variable MEGAQWEN_EMULATED_STREAMS=concurrent sets
+  // it at start.
+  bool concurrent = false;
 };
 // Replaces the device's configuration (between tests; the default is a 16-SM sm_90 part).
 void configure(const DeviceConfig& config);

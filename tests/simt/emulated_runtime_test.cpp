@@ -2,7 +2,8 @@
 // that runs on it (test_cuda_emulated) can trust them: stream work runs only when the host waits,
 // pageable copies are staged at the call and pinned ones read when they run, copies and GEMM operands
 // must stay inside their allocations, a captured graph keeps its kernels' arguments, waiting inside a
-// capture fails, launches need a valid configuration, a faulting kernel poisons the context.
+// capture fails, launches need a valid configuration, a faulting kernel poisons the context, and the
+// concurrent mode's streams run while the host goes on.
 #include <gtest/gtest.h>
 
 #include <cublas_v2.h>
@@ -168,6 +169,29 @@ TEST(EmulatedRuntime, AFaultingKernelPoisonsTheContext) {
   EXPECT_EQ(cudaMemcpy(dev.pinned, dev.d, 4, cudaMemcpyDeviceToHost), cudaErrorLaunchFailure) << "sticky";
   simt_runtime::reset_fault();
   EXPECT_EQ(cudaMemcpy(dev.pinned, dev.d, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+__global__ void slow_count(int* out) {
+  for (int round = 0; round < 64; ++round) __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(out, 1);
+}
+
+TEST(EmulatedRuntime, ConcurrentStreamsRunWhileTheHostGoesOn) {
+  const simt_runtime::DeviceConfig saved = simt_runtime::config();
+  simt_runtime::DeviceConfig concurrent = saved;
+  concurrent.concurrent = true;
+  simt_runtime::configure(concurrent);
+  {
+    Device dev;  // its stream has a worker thread
+    ASSERT_EQ(cudaMemset(dev.d, 0, sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    launch_kernel(slow_count, 256, 256, 0, dev.stream, dev.d);
+    EXPECT_EQ(cudaStreamQuery(dev.stream), cudaErrorNotReady) << "the kernel was queued a moment ago";
+    ASSERT_EQ(cudaStreamSynchronize(dev.stream), cudaSuccess);
+    EXPECT_EQ(dev.d[0], 256);
+    EXPECT_EQ(cudaStreamQuery(dev.stream), cudaSuccess);
+  }  // the stream's destruction joins its worker
+  simt_runtime::configure(saved);
 }
 
 TEST(EmulatedCublas, GemmExFollowsColumnMajorRulesAndChecksOperands) {
