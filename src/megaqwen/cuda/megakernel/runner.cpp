@@ -98,17 +98,14 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
   }
   void* mb = nullptr;
   CUDA_CHECK(cudaHostAlloc(&mb, sizeof(Mailbox), cudaHostAllocMapped));
-  mailbox_host_ = static_cast<Mailbox*>(mb);
+  mailbox_host_.reset(static_cast<Mailbox*>(mb));
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mailbox_dev_), mb, 0));
   counters_host_ = PinnedBuffer<uint32_t>(counters_.size());
   watch_stream_ = CudaStream::non_blocking();
 }
 
 Megakernel::~Megakernel() {
-  if (mailbox_host_) {
-    cudaStreamSynchronize(stream_);
-    cudaFreeHost(mailbox_host_);
-  }
+  if (mailbox_host_) cudaStreamSynchronize(stream_);  // a kernel may still write the mailbox
 }
 
 int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {

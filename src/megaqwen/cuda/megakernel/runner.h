@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -92,7 +93,11 @@ class Megakernel {
   DeviceBuffer<int32_t> cand_i_, cand_n_;
   DeviceBuffer<uint32_t> counters_;
   DeviceBuffer<unsigned long long> timing_;
-  Mailbox* mailbox_host_ = nullptr;  // cudaHostAlloc(mapped)
+  struct FreeHost {
+    void operator()(Mailbox* m) const { cudaFreeHost(m); }
+  };
+  // cudaHostAlloc(mapped), owned: a constructor that throws after allocating it frees it.
+  std::unique_ptr<Mailbox, FreeHost> mailbox_host_;
   Mailbox* mailbox_dev_ = nullptr;
   int splits_ = 1;
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks

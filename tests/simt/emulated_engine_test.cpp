@@ -1,0 +1,103 @@
+// What the CUDA engine says on devices it cannot use, shown on emulated devices configured to be them
+// (no device, too little memory or shared memory, an sm_80 part, too few SMs): a clear error naming
+// what is missing, or the per-operator path with the reason, and nothing left allocated after a
+// constructor that throws. These need a particular device, so they exist only here.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "cuda/model_fixture.h"
+#include "megaqwen/cuda/cuda_engine.h"
+#include "megaqwen/engine/create_engine.h"
+#include "megaqwen/util/error.h"
+#include "simt/emulated_runtime.h"
+
+namespace megaqwen {
+namespace {
+
+// Configures the emulated device for one test and restores it after.
+class EmulatedDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = simt_runtime::config();
+    model_ = test::tiny_model();
+  }
+  void TearDown() override { simt_runtime::configure(saved_); }
+  void set(void (*change)(simt_runtime::DeviceConfig&)) {
+    simt_runtime::DeviceConfig c = saved_;
+    change(c);
+    simt_runtime::configure(c);
+  }
+  // The engine's constructor must throw a message containing every one of `parts`, and free what it
+  // allocated on the way.
+  void expect_construction_fails(const cuda::CudaEngineOptions& options, std::initializer_list<std::string> parts) {
+    const uint64_t before = simt_runtime::stats().device_bytes;
+    try {
+      cuda::CudaEngine engine(model_, options);
+      ADD_FAILURE() << "the engine was created: " << engine.device_name();
+    } catch (const Error& e) {
+      for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(simt_runtime::stats().device_bytes, before) << "device memory left allocated";
+  }
+  simt_runtime::DeviceConfig saved_;
+  std::shared_ptr<const Model> model_;
+};
+
+TEST_F(EmulatedDeviceTest, NoDeviceFallsBackToTheCpuOrFailsWithTheReason) {
+  set([](simt_runtime::DeviceConfig& c) { c.devices = 0; });
+  std::string why;
+  EXPECT_FALSE(cuda_available(&why));
+  EXPECT_NE(why.find("cudaErrorNoDevice"), std::string::npos) << why;
+  auto engine = create_engine(model_, {.device = "auto", .context = 64, .threads = 1, .quiet = true});
+  EXPECT_EQ(engine->device_name().rfind("cuda", 0), std::string::npos) << engine->device_name();
+  try {
+    create_engine(model_, {.device = "cuda", .context = 64});
+    ADD_FAILURE() << "--device cuda without a device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cuda: cudaGetDeviceCount failed"), std::string::npos) << e.what();
+  }
+  expect_construction_fails({.context = 64}, {"--device cuda", "cudaErrorNoDevice"});
+  expect_construction_fails({.context = 64, .device = 3}, {"--device cuda"});
+}
+
+TEST_F(EmulatedDeviceTest, AutoPicksTheEmulatedDevice) {
+  auto engine = create_engine(model_, {.device = "auto", .context = 64, .quiet = true});
+  EXPECT_EQ(engine->device_name().rfind("cuda:0 (simt emulated sm_90 device, sm_90, 16 SMs", 0), 0u)
+      << engine->device_name();
+}
+
+TEST_F(EmulatedDeviceTest, TooLittleMemorySaysWhatItNeeds) {
+  set([](simt_runtime::DeviceConfig& c) { c.memory = uint64_t(256) << 20; });
+  expect_construction_fails({.context = 4096}, {"does not fit", "KV cache", "4096 tokens", "GiB", "--ctx"});
+}
+
+TEST_F(EmulatedDeviceTest, TooLittleSharedMemoryForPrefillAttention) {
+  set([](simt_runtime::DeviceConfig& c) { c.smem_optin = 48 * 1024; });
+  expect_construction_fails({.context = 64}, {"shared memory", "prefill attention needs"});
+}
+
+TEST_F(EmulatedDeviceTest, MegakernelNeedsSm90AndSixteenSms) {
+  for (auto change : {+[](simt_runtime::DeviceConfig& c) { c.major = 8; },
+                      +[](simt_runtime::DeviceConfig& c) { c.sms = 8; }}) {
+    set(change);
+    const std::string reason = simt_runtime::config().major < 9 ? "needs sm_90" : "at least 16 SMs";
+    {
+      cuda::CudaEngine engine(model_, {.context = 64});  // auto: the per-operator path, with the reason
+      EXPECT_FALSE(engine.uses_megakernel());
+      EXPECT_NE(engine.decode_kernel_note().find(reason), std::string::npos) << engine.decode_kernel_note();
+    }
+    expect_construction_fails({.context = 64, .decode_kernel = cuda::DecodeKernel::Megakernel},
+                              {"--decode-kernel megakernel", reason});
+  }
+}
+
+TEST_F(EmulatedDeviceTest, TheMegakernelRunsWhereItApplies) {
+  cuda::CudaEngine engine(model_, {.context = 64, .decode_kernel = cuda::DecodeKernel::Megakernel});
+  ASSERT_TRUE(engine.uses_megakernel()) << engine.decode_kernel_note();
+  EXPECT_NE(engine.decode_kernel_note().find("16 CTAs x 512 threads"), std::string::npos) << engine.decode_kernel_note();
+}
+
+}  // namespace
+}  // namespace megaqwen
