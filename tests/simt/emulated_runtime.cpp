@@ -62,6 +62,12 @@ State& state() {
     State* st = new State;  // never destroyed: static buffers may be freed after main
     const char* env = std::getenv("MEGAQWEN_EMULATED_STREAMS");
     st->config.concurrent = env && std::string(env) == "concurrent";
+    if (const char* sched = std::getenv("MEGAQWEN_EMULATED_SCHEDULE"); sched && std::string(sched) == "random") {
+      st->config.kernel_options.threads = simt::Order::Random;
+      st->config.kernel_options.blocks = simt::Order::Random;
+      st->config.kernel_options.skew = 0.5;
+      st->config.kernel_options.seed = 7;
+    }
     return st;
   }();
   return *s;

@@ -18,7 +18,9 @@ struct DeviceConfig {
   int major = 9, minor = 0;
   size_t smem_optin = 232448;               // sharedMemPerBlockOptin (H100 / H200: 227 KB)
   size_t smem_per_sm = 233472;              // 228 KB
-  simt::Options kernel_options;             // thread / block order, skew, ... for every launch
+  // Thread / block order, skew, ... for every launch. MEGAQWEN_EMULATED_SCHEDULE=random sets random
+  // orders and a 0.5 skew at start.
+  simt::Options kernel_options;
   // Streams created from now on run their work on a worker thread as it arrives (a host can watch
   // a persistent kernel's mapped-memory output while it runs, and stop it). Default: work runs
   // only when the host waits. The environment variable MEGAQWEN_EMULATED_STREAMS=concurrent sets
