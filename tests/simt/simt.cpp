@@ -96,7 +96,7 @@ simt_fiber_trampoline:
 
 namespace simt::detail {
 
-thread_local const ThreadRegs* g_regs = nullptr;
+thread_local constinit const ThreadRegs* g_regs = nullptr;
 
 namespace {
 

@@ -158,7 +158,7 @@ struct ThreadRegs {
   dim3 grid_dim;
   int linear = 0, lane = 0, warp = 0;
 };
-extern thread_local const ThreadRegs* g_regs;  // the running fiber's, null outside a kernel
+extern thread_local constinit const ThreadRegs* g_regs;  // the running fiber's, null outside a kernel
 
 [[noreturn]] void outside_kernel(const char* what);
 [[noreturn]] void fault(const std::string& message);  // device-side error: aborts the launch
