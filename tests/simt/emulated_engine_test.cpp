@@ -4,12 +4,14 @@
 // constructor that throws. These need a particular device, so they exist only here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "cuda/model_fixture.h"
 #include "megaqwen/cuda/cuda_engine.h"
 #include "megaqwen/engine/create_engine.h"
+#include "megaqwen/sampling/sampler.h"
 #include "megaqwen/util/error.h"
 #include "simt/emulated_runtime.h"
 
@@ -97,6 +99,37 @@ TEST_F(EmulatedDeviceTest, TheMegakernelRunsWhereItApplies) {
   cuda::CudaEngine engine(model_, {.context = 64, .decode_kernel = cuda::DecodeKernel::Megakernel});
   ASSERT_TRUE(engine.uses_megakernel()) << engine.decode_kernel_note();
   EXPECT_NE(engine.decode_kernel_note().find("16 CTAs x 512 threads"), std::string::npos) << engine.decode_kernel_note();
+}
+
+// The H200's grid through the engine: 132 CTAs (CTAs without rows or attention work, the attention
+// splits and selection scratch sized for 132), a short greedy run against the per-operator path.
+TEST_F(EmulatedDeviceTest, TheMegakernelOnTheH200GridMatchesThePerOperatorPath) {
+  set([](simt_runtime::DeviceConfig& c) { c.sms = 132; });
+  cuda::CudaEngine mk(model_, {.context = 256, .decode_kernel = cuda::DecodeKernel::Megakernel});
+  cuda::CudaEngine perop(model_, {.context = 256, .decode_kernel = cuda::DecodeKernel::PerOp});
+  ASSERT_NE(mk.decode_kernel_note().find("132 CTAs"), std::string::npos) << mk.decode_kernel_note();
+  const auto prompt = test::random_ids(12, 3);
+  mk.prefill(prompt);
+  perop.prefill(prompt);
+  const int n = 4;
+  const size_t V = size_t(model_->config.vocab_size);
+  auto logits = test::poisoned_f32(size_t(n) * V);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<int32_t> tokens;
+  const int drawn = mk.megakernel_generate(77, n, {}, greedy, {}, [&](int32_t id) {
+    tokens.push_back(id);
+    return true;
+  }, logits.data());
+  ASSERT_EQ(drawn, n);
+  const std::vector<float> all = test::download(logits);
+  for (int i = 0; i < n; ++i) {
+    const auto ref = perop.decode(i == 0 ? 77 : tokens[size_t(i - 1)]);
+    const std::vector<float> got(all.begin() + long(size_t(i) * V), all.begin() + long(size_t(i + 1) * V));
+    // 5e-3: the GPU tests' bound between two device paths (tests/cuda/megakernel_test.cpp).
+    EXPECT_LE(test::rel_error(got, std::vector<float>(ref.begin(), ref.end())), 5e-3) << "step " << i;
+    EXPECT_EQ(tokens[size_t(i)], int32_t(std::max_element(got.begin(), got.end()) - got.begin())) << "step " << i;
+  }
 }
 
 }  // namespace

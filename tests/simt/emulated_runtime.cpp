@@ -298,6 +298,11 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   *value = attr == cudaDevAttrMemoryClockRate ? 3201000 : 6144;  // H200-like: kHz, bits
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
+  if (device < 0 || device >= state().config.devices) return fail(cudaErrorInvalidDevice);
+  std::snprintf(bus_id, size_t(length), "0000:00:00.0");  // not a real bus: NVML finds no device there
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() {
   auto& s = state();
   std::lock_guard lock(s.mutex);
@@ -586,6 +591,53 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   delete reinterpret_cast<simt_runtime::Graph*>(exec);
+  return cudaSuccess;
+}
+
+// ---- events ----
+namespace simt_runtime {
+namespace {
+struct Event {
+  cudaStream_t stream = nullptr;  // where it was last recorded
+  bool done = false;
+  std::chrono::steady_clock::time_point when;
+};
+}  // namespace
+}  // namespace simt_runtime
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = reinterpret_cast<cudaEvent_t>(new simt_runtime::Event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard lock(state().mutex);
+  delete reinterpret_cast<simt_runtime::Event*>(event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard lock(state().mutex);
+  auto* e = reinterpret_cast<simt_runtime::Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  e->stream = stream;
+  e->done = false;
+  return simt_runtime::enqueue(stream, [e] {
+    std::lock_guard inner(state().mutex);
+    e->when = std::chrono::steady_clock::now();
+    e->done = true;
+  });
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  auto* e = reinterpret_cast<simt_runtime::Event*>(event);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  return cudaStreamSynchronize(e->stream);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard lock(state().mutex);
+  auto* a = reinterpret_cast<simt_runtime::Event*>(start);
+  auto* b = reinterpret_cast<simt_runtime::Event*>(end);
+  if (!a || !b) return fail(cudaErrorInvalidResourceHandle);
+  if (!a->done || !b->done) return fail(cudaErrorNotReady);
+  *ms = float(std::chrono::duration<double, std::milli>(b->when - a->when).count());
   return cudaSuccess;
 }
 
