@@ -1,14 +1,18 @@
 // `megaqwen generate --device cuda` end to end on the emulated device (megaqwen_emulated: the real CLI
 // linked with the emulated CUDA engine): the megakernel and the per-operator path print the same
 // tokens as the CPU engine for a greedy run, the megakernel's seeded sampled run equals the
-// per-operator path's, and --device auto takes the device and says which kernel decodes.
+// per-operator path's, --device auto takes the device and says which kernel decodes; bench and chat
+// with --device cuda run through too.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "test_paths.h"
 
@@ -82,6 +86,27 @@ TEST_F(EmulatedCli, AutoTakesTheDeviceAndSaysWhichKernelDecodes) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("cuda:0 (simt emulated sm_90 device"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: megakernel"), std::string::npos) << r.out;
+}
+
+// `megaqwen bench --device cuda`: the benchmark's GPU path (device description, NVML's absence with
+// its reason, prefill and decode at two cache positions, the JSON record) runs through; the numbers
+// are the emulator's and mean nothing.
+TEST_F(EmulatedCli, BenchRunsItsGpuPathAndWritesItsRecord) {
+  const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / "bench.json";
+  const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " bench -m " + model().string() +
+                       " -d cuda --prompt-len 16 --depth 1,300 --tokens 2 --repeats 1 --warmup 0 --no-bandwidth-probe"
+                       " --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("| tg2@d300 |"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["device"].get<std::string>().rfind("cuda:0 (simt emulated sm_90 device", 0), 0u) << j["device"];
+  EXPECT_EQ(j["gpu"]["sm_count"], 16);
+  EXPECT_EQ(j["gpu"]["nvml_energy"], false);
+  EXPECT_FALSE(j["gpu"]["nvml_unavailable_because"].get<std::string>().empty());
+  ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
+  for (const auto& result : j["results"]) EXPECT_GT(result["median_tok_s"].get<double>(), 0.0) << result.dump();
+  EXPECT_EQ(j["results"][2]["depth"], 300);
 }
 
 // `megaqwen chat --device cuda`: a scripted two-turn conversation (the real Qwen3 tokenizer and chat
