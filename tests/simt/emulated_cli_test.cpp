@@ -23,12 +23,13 @@ namespace fs = std::filesystem;
 
 struct Output {
   int status = -1;
-  std::string out;  // stdout and stderr
+  std::string out;
 };
 
-Output run(const std::string& command) {
+// Runs `command` through the shell and collects its stdout (and its stderr, unless stdout_only).
+Output run(const std::string& command, bool stdout_only = false) {
   Output r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  FILE* p = popen((stdout_only ? command : command + " 2>&1").c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -37,15 +38,9 @@ Output run(const std::string& command) {
   return r;
 }
 
-// The tokens a generate run printed (its stdout without the notes on stderr).
+// The tokens a generate run printed (its stdout; the notes on stderr are left out).
 std::string tokens_of(const std::string& command) {
-  Output r;
-  FILE* p = popen(command.c_str(), "r");  // stdout only
-  if (!p) return "popen failed";
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  r.status = pclose(p);
+  const Output r = run(command, true);
   return r.status == 0 ? r.out : "exit status " + std::to_string(r.status) + ": " + r.out;
 }
 
