@@ -243,12 +243,12 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
 // The filtered path finds exactly the top k of the full vocabulary wherever the winners sit: all of
 // them in one CTA's slice, on slice edges, at both ends, tied across CTA boundaries (lowest ids win).
 // With top_p tiny the draw is the best candidate; with top_k = k and a planted top k of equal
-// values the draws (uniform over them) must cover exactly the planted ids. Emulated: 4,097 ids (31
+// values the draws (uniform over them) must cover exactly the planted ids. Emulated: 4,097 ids (32
 // per CTA) and fewer draws.
 TEST(Megakernel, FilteredSelectionFindsTheTopKAcrossCtaSlices) {
   MQ_REQUIRE_GPU();
   const int V = kEmulatedDevice ? 4097 : 151936, ctas = 132, per = (V + ctas - 1) / ctas;
-  const uint64_t scale = kEmulatedDevice ? 5 : 1;  // draws divided by
+  const uint64_t scale = kEmulatedDevice ? 5 : 1;  // emulated: a fifth of the draws
   const auto base = test::random_floats(size_t(V), 77, -8, 8);
   auto d = test::upload(base);
   Selector sel(ctas, V);
