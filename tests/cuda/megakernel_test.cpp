@@ -323,11 +323,7 @@ TEST(Megakernel, GreedyWithPenaltiesMatchesTheSampler) {
   for (float rep : {1.0f, 1.5f, 0.7f})
     for (float presence : {0.0f, 1.0f})
       for (float frequency : {0.0f, 0.8f}) {
-        SamplingParams p;
-        p.temperature = 0;
-        p.repetition_penalty = rep;
-        p.presence_penalty = presence;
-        p.frequency_penalty = frequency;
+        const SamplingParams p = sampling_params(0.0f, 0, 1.0f, 0.0f, rep, presence, frequency, 0);  // greedy
         Sampler cpu(p);
         std::vector<float> l = logits;
         EXPECT_EQ(sel.select(select_args(d.data(), p, dc.data(), 0)), cpu.sample(l, history))

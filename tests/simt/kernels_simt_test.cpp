@@ -685,11 +685,7 @@ TEST(SimtKernels, ArgmaxWithPenaltiesAndGumbelMatchesTheHost) {
   for (float rep : {1.0f, 1.5f, 0.7f})
     for (float presence : {0.0f, 1.0f})
       for (float frequency : {0.0f, 0.8f}) {
-        SamplingParams p;
-        p.temperature = 0;
-        p.repetition_penalty = rep;
-        p.presence_penalty = presence;
-        p.frequency_penalty = frequency;
+        const SamplingParams p = test::sampling_params(0.0f, 0, 1.0f, 0.0f, rep, presence, frequency, 0);  // greedy
         std::vector<float> l = logits;
         const int32_t want = Sampler(p).sample(l, history);
         EXPECT_EQ(am.run(logits, argmax_blocks(V), transform_of(p, counts.data(), false, 0)), want)

@@ -609,11 +609,7 @@ TEST(SimtSelect, GreedyWithPenaltiesMatchesTheSampler) {
       for (float frequency : {0.0f, 0.8f}) {
         Selector sel(combos % 3 == 0 ? 132 : 5, V);
         sel.options = threads_in(Order::Random, uint64_t(combos));
-        SamplingParams p;
-        p.temperature = 0;
-        p.repetition_penalty = rep;
-        p.presence_penalty = presence;
-        p.frequency_penalty = frequency;
+        const SamplingParams p = test::sampling_params(0.0f, 0, 1.0f, 0.0f, rep, presence, frequency, 0);  // greedy
         Sampler cpu(p);
         std::vector<float> l = logits;
         EXPECT_EQ(sel.select(select_args(logits.data(), p, counts.data(), 0)), cpu.sample(l, history))
