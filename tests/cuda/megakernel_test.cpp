@@ -194,8 +194,9 @@ std::vector<double> sampler_probabilities(const std::vector<float>& logits, cons
 }
 
 
-// Draw frequencies of the kernel's selection (Gumbel-max, and the filtered top-k / top-p / min-p path,
-// with and without penalties) against the CPU Sampler's probabilities. 20,000 draws: a probability's
+// Draw frequencies of the kernel's selection (Gumbel-max, the filtered top-k / top-p / min-p path, and
+// the nucleus path: top-p or min-p without a top-k; with and without penalties) against the CPU
+// Sampler's probabilities. 20,000 draws: a probability's
 // standard error is sqrt(p(1-p)/20000) <= 0.0036; the bound is 5 of them + 1e-3, and ids the Sampler
 // filters out must never be drawn. V = 40 over 5 CTAs (8 ids each: top_k 20 exceeds a slice, so
 // the per-CTA lists are partial) and over 1 CTA. Emulated: 1,000 draws over 5 CTAs (the bound
@@ -213,7 +214,8 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
       sampling_params(0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling_params(1.0f, 10, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),
       sampling_params(0.7f, 20, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 1234), sampling_params(1.3f, 20, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f, 1234),
       sampling_params(0.6f, 20, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f, 1234), sampling_params(1.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1234),
-      sampling_params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling_params(0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, 1234)};
+      sampling_params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),  sampling_params(0.9f, 40, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, 1234),
+      sampling_params(0.9f, 0, 0.85f, 0.0f, 1.0f, 0.0f, 0.0f, 1234), sampling_params(1.1f, 0, 1.0f, 0.05f, 1.2f, 0.3f, 0.0f, 1234)};
   for (int ctas : {5, 1}) {
     if (kEmulatedDevice && ctas == 1) continue;
     Selector sel(ctas, V);
@@ -462,8 +464,9 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
   EXPECT_GE(same, 30) << "draws keyed alike from nearly equal logits should agree";
 }
 
-// Filtered sampling (top-k with top-p / min-p) and the penalties in the kernel draw what the
-// per-operator device sampler draws from the same history and key: teacher-forced with the
+// Filtered sampling (top-k with top-p / min-p), nucleus sampling (top-p / min-p without a top-k) and
+// the penalties in the kernel draw what the per-operator device sampler draws from the same history
+// and key (the two paths share the selection arithmetic): teacher-forced with the
 // megakernel's tokens, the per-op path samples each step from its own logits with the history the
 // kernel's counts stood for (the given history plus every earlier draw).
 TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
@@ -472,7 +475,9 @@ TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
                                   sampling_params(0.7f, 20, 0.8f, 0.0f, 1.0f, 1.5f, 0.0f, 99),    // non-thinking + presence
                                   sampling_params(1.0f, 64, 1.0f, 0.05f, 1.3f, 0.0f, 0.5f, 99),   // min-p, rep., frequency
                                   sampling_params(0.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.2f, 99),     // greedy with penalties
-                                  sampling_params(0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 99)};    // Gumbel with a penalty
+                                  sampling_params(0.9f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 99),     // Gumbel with a penalty
+                                  sampling_params(0.7f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 99),     // nucleus: top-p alone
+                                  sampling_params(1.5f, 0, 0.95f, 0.02f, 1.2f, 0.3f, 0.0f, 99)};  // nucleus, both cuts
   cuda::CudaEngine mk(model_, mk_options(1024)), perop(model_, perop_options(1024));
   for (const SamplingParams& s : cases) {
     ASSERT_EQ(mk.megakernel_unsupported_reason(s), "");
@@ -493,14 +498,12 @@ TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
                         << " penalties " << s.repetition_penalty << "/" << s.presence_penalty << "/"
                         << s.frequency_penalty;
   }
-  // What it does not serve exactly is refused (Generator then takes the per-operator path).
-  SamplingParams nucleus;
-  nucleus.temperature = 0.7f;
-  nucleus.top_p = 0.9f;  // no top-k
-  EXPECT_NE(mk.megakernel_unsupported_reason(nucleus), "");
-  EXPECT_FALSE(mk.generate_on_device(1, 4, {}, nucleus, prompt, [](int32_t) { return true; }).has_value());
-  nucleus.top_k = cuda::mk::kMaxTopK + 1;
-  EXPECT_NE(mk.megakernel_unsupported_reason(nucleus), "");
+  // A top-k wider than the kernel's selection is refused (Generator then takes the per-operator path).
+  SamplingParams wide;
+  wide.temperature = 0.7f;
+  wide.top_k = cuda::mk::kMaxTopK + 1;
+  EXPECT_NE(mk.megakernel_unsupported_reason(wide), "");
+  EXPECT_FALSE(mk.generate_on_device(1, 4, {}, wide, prompt, [](int32_t) { return true; }).has_value());
 }
 
 // Generator with Qwen3's sampling defaults (temperature 0.6, top-k 20, top-p 0.95) and a repetition

@@ -31,8 +31,10 @@ inline cuda::mk::SelectTestArgs select_args(const float* logits, const SamplingP
   cuda::mk::SelectTestArgs a;
   a.logits = logits;
   const bool top_k_on = !p.greedy() && p.top_k > 0;
+  const bool cuts = p.top_p < 1.0f || p.min_p > 0.0f;
   a.temperature = p.greedy() ? 1.0f : p.temperature;
-  a.gumbel = !p.greedy() && !top_k_on;
+  a.gumbel = !p.greedy() && !top_k_on && !cuts;
+  a.nucleus = !p.greedy() && !top_k_on && cuts;
   a.top_k = top_k_on ? p.top_k : 0;
   a.top_p = p.top_p;
   a.min_p = p.min_p;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "megaqwen/cuda/kernels/common.cuh"  // uniform_at (through shim/: the emulator)
@@ -120,6 +121,68 @@ inline HostDraw host_filtered_draw(const std::vector<float>& logits, const Sampl
     }
   }
   return h;
+}
+
+// The draw nucleus_draw (kernels/nucleus.cuh) must make, on the host, from the transformed values t:
+// fixed-point weights round(expf(v - top) * 2^45) (the emulator's expf is this libm's), the sorted
+// order (value descending, id ascending), the top-p prefix (the shortest reaching ceil(top_p *
+// total)), the min-p prefix (weights >= min_p * 2^45), the shorter of the two, r = floor(u * kept
+// mass) with u = uniform_at(seed, step, 0xffffffff), and the id ending the shortest prefix whose mass
+// exceeds r. Also the kept ids, best first, with their probabilities (weight / kept mass).
+struct NucleusDraw {
+  int32_t id = -1;
+  std::vector<Sampler::Candidate> kept;
+};
+inline NucleusDraw host_nucleus_draw(const std::vector<float>& t, float top_p, float min_p, uint64_t seed, uint64_t step) {
+  const int V = int(t.size());
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return t[size_t(a)] > t[size_t(b)]; });
+  NucleusDraw h;
+  const float top = t[size_t(order[0])];
+  if (!(top > -INFINITY && top < INFINITY)) {
+    h.id = order[0];
+    return h;
+  }
+  std::vector<uint64_t> w(static_cast<size_t>(V));
+  uint64_t total = 0, minp_mass = 0;
+  for (int j = 0; j < V; ++j) {
+    const float e = std::exp(t[size_t(order[size_t(j)])] - top);
+    w[size_t(j)] = uint64_t(std::nearbyint(double(e) * 0x1p45));
+    total += w[size_t(j)];
+    if (w[size_t(j)] > 0 && double(w[size_t(j)]) >= double(min_p) * 0x1p45) minp_mass += w[size_t(j)];
+  }
+  // The end (exclusive) of the shortest prefix whose mass reaches `target`, and that mass.
+  auto prefix = [&](uint64_t target) {
+    uint64_t mass = 0;
+    int n = 0;
+    while (n < V && mass < target) mass += w[size_t(n++)];
+    return std::pair<int, uint64_t>(n, mass);
+  };
+  uint64_t kept = total;
+  int keep = V;
+  if (top_p < 1.0f) {
+    const double want = std::ceil(double(top_p) * double(total));
+    const uint64_t target = want < 1.0 ? 1 : want >= double(total) ? total : uint64_t(want);
+    std::tie(keep, kept) = prefix(target);
+  }
+  if (min_p > 0.0f && minp_mass < kept) std::tie(keep, kept) = prefix(minp_mass);
+  while (keep > 0 && w[size_t(keep - 1)] == 0) --keep;  // weightless values are never drawn
+  for (int j = 0; j < keep; ++j) h.kept.push_back({order[size_t(j)], double(w[size_t(j)]) / double(kept)});
+  uint64_t r = uint64_t(cuda::uniform_at(seed, step, 0xffffffffu) * double(kept));
+  if (r >= kept) r = kept - 1;
+  h.id = order[size_t(prefix(r + 1).first - 1)];
+  return h;
+}
+
+// The kept candidates of two samplers agree: the same ids in the same order, probabilities within tol.
+inline void expect_same_candidates(const std::vector<Sampler::Candidate>& got, const std::vector<Sampler::Candidate>& want,
+                                   double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what << ": kept candidates";
+  for (size_t j = 0; j < want.size(); ++j) {
+    ASSERT_EQ(got[j].id, want[j].id) << what << " candidate " << j;
+    ASSERT_NEAR(got[j].prob, want[j].prob, tol) << what << " candidate " << j;
+  }
 }
 
 // The Sampler's distribution as a probability per id (0 for the ids it filters out).

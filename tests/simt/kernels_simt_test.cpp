@@ -706,7 +706,8 @@ TEST(SimtKernels, ArgmaxWithPenaltiesAndGumbelMatchesTheHost) {
 }
 
 // sample_filtered as kernels.cu launches it: transform_logits_kernel without noise into scratch, then
-// sample_filtered_kernel <<<1, 1024>>> with K = min(top_k or kSampleCandidates, kSampleCandidates, V).
+// sample_filtered_kernel <<<1, 1024>>> (top_k in 1..kSampleCandidates, below V) or
+// sample_nucleus_kernel <<<1, 1024>>> (top_k off).
 struct Filtered {
   simt::Options options;
   int32_t run(const std::vector<float>& logits, const SamplingParams& p, const int32_t* counts, uint64_t step) {
@@ -715,34 +716,38 @@ struct Filtered {
     auto scratch = poisoned_f32(size_t(V));
     simt::launch(dim3(unsigned(elementwise_blocks(size_t(V), 256))), dim3(256),
                  [&] { cuda::transform_logits_kernel(logits.data(), V, t, scratch.data()); }, options);
-    const bool top_k_on = p.top_k > 0 && p.top_k < V;
-    const int K = std::min({top_k_on ? p.top_k : cuda::kSampleCandidates, cuda::kSampleCandidates, V});
-    const bool normalize_over_k = top_k_on && p.top_k <= cuda::kSampleCandidates;
     std::vector<int32_t> out(1 + kGuard, -7);
-    simt::launch(dim3(1), dim3(cuda::kSampleThreads), [&] {
-      cuda::sample_filtered_kernel(scratch.data(), V, K, normalize_over_k, p.top_p, p.min_p, t.seed, t.step, out.data());
-    }, options);
+    if (p.top_k > 0 && p.top_k < V) {
+      simt::launch(dim3(1), dim3(cuda::kSampleThreads), [&] {
+        cuda::sample_filtered_kernel(scratch.data(), V, p.top_k, p.top_p, p.min_p, t.seed, t.step, out.data());
+      }, options);
+    } else {
+      simt::launch(dim3(1), dim3(cuda::kNucleusThreads), [&] {
+        cuda::sample_nucleus_kernel(scratch.data(), V, p.top_p, p.min_p, t.seed, t.step, out.data());
+      }, options);
+    }
     for (size_t i = 1; i < out.size(); ++i) EXPECT_EQ(out[i], -7) << "out written past its element";
     return out[0];
   }
 };
 
-// The draw sample_filtered_kernel must make, on the host: the Sampler's transformed logits; the K
-// candidates (value desc, id asc); fp64 exp(v - top) with the difference taken in double; the total
-// over the K (top_k on) or over all V (summed in the kernel's order: per thread over ids tid + 1024j,
-// a shuffle butterfly per warp, then the warps in order); the top-p prefix and min-p floor on p / total;
-// r = u * mass with u = uniform_at(seed, step, 0xffffffff); subtract until negative. Also returns the
-// kept candidates' probabilities (normalized over the kept mass), to compare with the Sampler's.
+// The draw the per-operator sampler must make, on the host, from the transformed values t. top_k on:
+// the K = top_k candidates (value desc, id asc); fp64 exp(v - top) with the difference taken in
+// double; normalized over the K; the top-p prefix and min-p floor; r = u * mass with u =
+// uniform_at(seed, step, 0xffffffff); subtract until negative. top_k off: host_nucleus_draw. Also
+// returns the kept candidates' probabilities (normalized over the kept mass), to compare with the
+// Sampler's.
 struct PerOpDraw {
   int32_t id = -1;
   std::vector<Sampler::Candidate> kept;
 };
 PerOpDraw per_op_filtered_draw(const std::vector<float>& t, const SamplingParams& p, uint64_t step) {
-  constexpr int kThreads = cuda::kSampleThreads;
   const int V = int(t.size());
-  const bool top_k_on = p.top_k > 0 && p.top_k < V;
-  const int K = std::min({top_k_on ? p.top_k : cuda::kSampleCandidates, cuda::kSampleCandidates, V});
-  const bool normalize_over_k = top_k_on && p.top_k <= cuda::kSampleCandidates;
+  if (!(p.top_k > 0 && p.top_k < V)) {
+    const test::NucleusDraw n = test::host_nucleus_draw(t, p.top_p, p.min_p, p.seed, step);
+    return {n.id, n.kept};
+  }
+  const int K = p.top_k;
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
@@ -752,24 +757,7 @@ PerOpDraw per_op_filtered_draw(const std::vector<float>& t, const SamplingParams
   std::vector<double> probs(static_cast<size_t>(K));
   for (int i = 0; i < K; ++i) probs[size_t(i)] = std::exp(double(t[size_t(order[size_t(i)])]) - double(top));
   double total = 0.0;
-  if (normalize_over_k) {
-    for (double q : probs) total += q;
-  } else {
-    const float mx = *std::max_element(t.begin(), t.end());
-    std::vector<double> lane(kThreads, 0.0);
-    for (int tid = 0; tid < kThreads; ++tid)
-      for (int i = tid; i < V; i += kThreads) lane[size_t(tid)] += std::exp(double(t[size_t(i)]) - double(mx));
-    for (int w = 0; w < kThreads / 32; ++w) {
-      double* s = &lane[size_t(w) * 32];
-      for (int o = 16; o > 0; o >>= 1) {
-        double next[32];
-        for (int l = 0; l < 32; ++l) next[l] = s[l] + s[l ^ o];
-        std::copy(next, next + 32, s);
-      }
-      total += s[0];
-    }
-    total *= std::exp(double(mx) - double(top));
-  }
+  for (double q : probs) total += q;
   const int keep = test::kept_after_cuts(probs, total, K, p.top_p, p.min_p);
   double mass = 0.0;
   for (int i = 0; i < keep; ++i) mass += probs[size_t(i)] / total;
@@ -787,13 +775,14 @@ PerOpDraw per_op_filtered_draw(const std::vector<float>& t, const SamplingParams
   return h;
 }
 
-// Every draw is the exact host draw, over top_k 1 (the argmax), small k, k = V, k = kSampleCandidates,
-// top_k off (V <= 1024: all ids are candidates; V = 3000 with top-p: the softmax over all V, the
-// draw from the top 1024), top-p and min-p cuts, penalties, ties (logits on a 0.25 grid: lowest ids
-// first), NaN logits (never drawn), and forward / reverse / random thread order (the gather's
-// atomically claimed slots then differ; the sort must undo that). The host's kept candidates are the
-// Sampler's (ids in order; probabilities within 1e-6: the Sampler rounds l - top to fp32, a relative
-// change of up to ~1e-7 in each exp).
+// Every draw is the exact host draw, over top_k 1 (the argmax), small k, k = kSampleCandidates,
+// top-p and min-p cuts, penalties, ties (logits on a 0.25 grid: lowest ids first), NaN logits (never
+// drawn), and forward / reverse / random thread order (the gather's atomically claimed slots then
+// differ; the sort must undo that). With top_k off (0, or k = V) the nucleus sampler runs: small and
+// Qwen-sized vocabularies, flat distributions whose top-p set holds thousands of ids (at least
+// `min_kept`: the old sampler could draw only from the top 1024), min-p alone, a tiny top-p (the
+// argmax), ties (its n-th-equal-key search). The host's kept candidates are the Sampler's (ids in
+// order; probabilities within 1e-6: fp32 exp here, fp64 there).
 TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
   struct Case {
     int V;
@@ -802,22 +791,28 @@ TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
     float top_p, min_p, repetition, presence, frequency;
     bool ties, nan;
     int steps;
+    size_t min_kept = 0;
   };
   const Case cases[] = {
       {40, 1.0f, 20, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 4},
-      {40, 0.7f, 0, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 4},      // top_k off, K = V
+      {40, 0.7f, 0, 0.8f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 4},      // nucleus
       {40, 3.0f, 5, 0.7f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 8},      // flat: the top-p cut needs every p
       {1000, 1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 2},    // the argmax
       {1000, 0.9f, 64, 0.95f, 0.05f, 1.3f, 0.5f, 0.2f, false, true, 3},
       {1000, 1.3f, 17, 0.9f, 0.1f, 1.0f, 0.0f, 0.0f, true, false, 3},
-      {1000, 0.6f, 1000, 1.0f, 0.2f, 1.2f, 0.0f, 0.4f, false, false, 2}, // top_k = V: off
+      {1000, 0.6f, 1000, 1.0f, 0.2f, 1.2f, 0.0f, 0.4f, false, false, 2}, // top_k = V: nucleus, min-p alone
       {3000, 1.0f, 1024, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, true, false, 2},  // K = kSampleCandidates
-      {3000, 0.8f, 0, 0.9f, 0.0f, 1.1f, 0.3f, 0.0f, false, true, 2},     // top_k off, V > 1024
+      {3000, 0.8f, 0, 0.9f, 0.0f, 1.1f, 0.3f, 0.0f, false, true, 2},     // nucleus with NaN and penalties
       {3000, 1.0f, 300, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, true, false, 2},
+      {3000, 6.0f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 3, 2000},  // flat: > 1024 kept
+      {3000, 2.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, true, false, 6, 800},     // ties across the cut
+      {3000, 1.0f, 0, 1e-6f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 2},        // tiny top-p: the argmax
+      {151936, 1.5f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, false, false, 2, 20000},   // Qwen vocabulary
+      {151936, 0.7f, 0, 0.9f, 0.02f, 1.2f, 0.0f, 0.0f, false, false, 2},          // both cuts
   };
   for (const Case& c : cases) {
     const size_t index = size_t(&c - cases);
-    auto logits = random_floats(size_t(c.V), uint64_t(c.V) * 7 + uint64_t(c.top_k), -8, 8);
+    auto logits = random_floats(size_t(c.V), uint64_t(c.V) * 7 + uint64_t(c.top_k) + index, -8, 8);
     if (c.ties)
       for (float& x : logits) x = std::round(x * 4.0f) / 4.0f;
     if (c.nan) logits[size_t(lowest_argmax(logits))] = NAN, logits[3] = NAN;
@@ -835,11 +830,8 @@ TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
                                std::to_string(c.top_k) + " step " + std::to_string(step);
       const PerOpDraw h = per_op_filtered_draw(t, p, uint64_t(step));
       if (step == 0) {
-        ASSERT_EQ(h.kept.size(), dist.size()) << what << ": kept candidates, the kernel's arithmetic vs the Sampler's";
-        for (size_t j = 0; j < dist.size(); ++j) {
-          ASSERT_EQ(h.kept[j].id, dist[j].id) << what << " candidate " << j;
-          ASSERT_NEAR(h.kept[j].prob, dist[j].prob, 1e-6) << what << " candidate " << j;
-        }
+        test::expect_same_candidates(h.kept, dist, 1e-6, what + ": the kernel's arithmetic vs the Sampler's");
+        EXPECT_GE(h.kept.size(), c.min_kept) << what;
       }
       const int32_t id = f.run(logits, p, counts.data(), uint64_t(step));
       EXPECT_EQ(id, h.id) << what;

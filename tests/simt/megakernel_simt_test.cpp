@@ -221,8 +221,10 @@ RunResult run_megakernel(const RunSpec& s) {
   // As the runner maps SamplingParams (runner.cpp, launch_once; CudaEngine::megakernel_generate).
   const SamplingParams& sp = s.sampling;
   const bool filtered = !sp.greedy() && sp.top_k > 0;
+  const bool cuts = sp.top_p < 1.0f || sp.min_p > 0.0f;
   p.temperature = sp.greedy() ? 1.0f : sp.temperature;
-  p.gumbel = !sp.greedy() && !filtered;
+  p.gumbel = !sp.greedy() && !filtered && !cuts;
+  p.nucleus = !sp.greedy() && !filtered && cuts;
   p.seed = sp.seed;
   p.step0 = s.history.size();
   const bool penalties = sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
@@ -486,6 +488,57 @@ TEST(SimtMegakernel, FilteredSamplingWithPenaltiesIsTheExactHostDraw) {
     const std::vector<float> logits(rw.logits.begin() + std::ptrdiff_t(t * kVocab),
                                     rw.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
     EXPECT_EQ(rw.tokens[t], test::host_filtered_draw(logits, wide, {}, t).id) << "step " << t;
+  }
+}
+
+// Nucleus sampling (top-p and min-p, no top-k) with penalties: each token is host_nucleus_draw's
+// from the kernel's own logits of that step, transformed as the Sampler does with the history so far
+// (the kernel's counts grow by each drawn token); then a flat distribution (temperature 3, top-p
+// 0.98: thousands of the 4,099 ids kept) on the 132-CTA grid of the H200.
+TEST(SimtMegakernel, NucleusSamplingWithPenaltiesIsTheExactHostDraw) {
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 0;
+  sp.top_p = 0.9f;
+  sp.min_p = 0.02f;
+  sp.repetition_penalty = 1.3f;
+  sp.presence_penalty = 0.4f;
+  sp.frequency_penalty = 0.2f;
+  sp.seed = 4321;
+  const RunSpec s{.ctas = 5, .pos0 = 0, .first = 3, .max_tokens = 8, .sampling = sp, .history = {3, 5, 5, 900},
+                  .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 6)};
+  const RunResult r = run_megakernel(s);
+  ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+  std::vector<int32_t> history = s.history;
+  for (size_t t = 0; t < r.tokens.size(); ++t) {
+    const std::vector<float> logits(r.logits.begin() + std::ptrdiff_t(t * kVocab),
+                                    r.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const auto v = test::sampler_transformed(logits, sp, history);
+    EXPECT_EQ(r.tokens[t], test::host_nucleus_draw(v, sp.top_p, sp.min_p, sp.seed, s.history.size() + t).id)
+        << "step " << t;
+    history.push_back(r.tokens[t]);
+  }
+  expect_logits_match_cpu(s, r);
+  expect_counters(r, s.ctas, s.max_tokens, true);
+
+  SamplingParams flat;
+  flat.temperature = 3.0f;
+  flat.top_k = 0;
+  flat.top_p = 0.98f;
+  flat.seed = 5;
+  const RunSpec w{.ctas = 132, .pos0 = 4, .first = 17, .max_tokens = 3, .sampling = flat,
+                  .emu = emulation(Order::Forward, Order::Random, CopyTiming::AtIssue, 9)};
+  const RunResult rw = run_megakernel(w);
+  ASSERT_EQ(rw.tokens.size(), size_t(w.max_tokens));
+  for (size_t t = 0; t < rw.tokens.size(); ++t) {
+    const std::vector<float> logits(rw.logits.begin() + std::ptrdiff_t(t * kVocab),
+                                    rw.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const auto v = test::sampler_transformed(logits, flat, {});
+    const test::NucleusDraw h = test::host_nucleus_draw(v, flat.top_p, flat.min_p, flat.seed, t);
+    if (t == 0) {
+      EXPECT_GT(h.kept.size(), size_t(1024)) << "a flat distribution: the kept set is wide";
+    }
+    EXPECT_EQ(rw.tokens[t], h.id) << "step " << t;
   }
 }
 

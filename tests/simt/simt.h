@@ -363,6 +363,11 @@ inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
 inline double __longlong_as_double(long long l) { return std::bit_cast<double>(l); }
+// cvt.rni.u64.f64: round to nearest even, NaN -> 0, saturating.
+inline unsigned long long __double2ull_rn(double x) {
+  if (!(x > 0.0)) return 0;
+  return x >= 0x1p64 ? ~0ull : (unsigned long long)(std::nearbyint(x));
+}
 inline int __popc(unsigned x) { return std::popcount(x); }
 inline int __popcll(unsigned long long x) { return std::popcount(x); }
 inline int __clz(int x) { return std::countl_zero(unsigned(x)); }

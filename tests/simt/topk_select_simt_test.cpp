@@ -55,6 +55,7 @@ using cuda::mk::kSelPerThread;
 using cuda::mk::kThreads;
 using cuda::mk::KeyBlock;
 using cuda::mk::SelectTestArgs;
+using cuda::mk::SelectShared;
 using cuda::mk::TopKShared;
 using simt::Order;
 using test::counts_of;
@@ -92,7 +93,7 @@ const char* keys_name(Keys k) {
 }
 
 std::vector<uint32_t> make_keys(Keys kind, int n, uint64_t seed) {
-  using cuda::mk::order_key;
+  using cuda::order_key;
   std::mt19937_64 rng(seed);
   std::vector<uint32_t> k(static_cast<size_t>(n));
   const float special[] = {-INFINITY, INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 0.5f};
@@ -172,7 +173,7 @@ testing::AssertionResult topk_matches(const std::vector<uint32_t>& keys, int K, 
   for (int t = 0; t < kThreads; ++t) {
     if (r.kth[size_t(t)] != kth)
       return fail() << "thread " << t << " got K-th key " << hex(r.kth[size_t(t)]) << ", CPU " << hex(kth) << " (value "
-                    << cuda::mk::key_value(r.kth[size_t(t)]) << " vs " << cuda::mk::key_value(kth) << ")";
+                    << cuda::key_value(r.kth[size_t(t)]) << " vs " << cuda::key_value(kth) << ")";
     if (int(r.take_eq[size_t(t)]) != take_eq)
       return fail() << "thread " << t << " got take_eq " << r.take_eq[size_t(t)] << ", CPU " << take_eq;
   }
@@ -185,8 +186,8 @@ testing::AssertionResult topk_matches(const std::vector<uint32_t>& keys, int K, 
 }
 
 TEST(SimtTopK, OrderKeyIsTheFloatOrder) {
-  using cuda::mk::key_value;
-  using cuda::mk::order_key;
+  using cuda::key_value;
+  using cuda::order_key;
   const std::vector<float> v = {-INFINITY, -3.4e38f, -2.0f, -1.0f, -1e-45f, 0.0f, 1e-45f, 1e-3f, 1.0f, 2.5f, 3.4e38f, INFINITY};
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(key_value(order_key(v[i])), v[i]);
@@ -225,8 +226,8 @@ TEST(SimtTopK, KthLargestAndCompactTopKMatchTheCpu) {
 //   of the 5th largest (6.9).
 TEST(SimtTopK, KthLargestIsIndependentOfLaneOrder) {
   std::vector<uint32_t> planted;
-  for (float big : {1e10f, 2e10f, 3e10f}) planted.push_back(cuda::mk::order_key(big));
-  for (int i = 0; i < 100; ++i) planted.push_back(cuda::mk::order_key(2.0f + 0.05f * float(i)));
+  for (float big : {1e10f, 2e10f, 3e10f}) planted.push_back(cuda::order_key(big));
+  for (int i = 0; i < 100; ++i) planted.push_back(cuda::order_key(2.0f + 0.05f * float(i)));
   for (Order order : {Order::Forward, Order::Reverse, Order::Random}) {
     EXPECT_TRUE(topk_matches(planted, 5, run_topk(planted, 5, threads_in(order, 11))))
         << "planted case, " << order_name(order) << " thread order";
@@ -290,9 +291,9 @@ uint32_t kth_largest_before_fix(const KeyBlock& kb, int K, TopKShared& s, int& t
 // writer then read first); the current kth_largest is right in both.
 TEST(SimtTopK, EmulatorCatchesThePreFixWarpRace) {
   std::vector<uint32_t> keys;
-  for (float big : {1e10f, 2e10f, 3e10f}) keys.push_back(cuda::mk::order_key(big));
-  for (int i = 0; i < 100; ++i) keys.push_back(cuda::mk::order_key(2.0f + 0.05f * float(i)));
-  const uint32_t want = cuda::mk::order_key(2.0f + 0.05f * 98.0f);  // the 5th largest
+  for (float big : {1e10f, 2e10f, 3e10f}) keys.push_back(cuda::order_key(big));
+  for (int i = 0; i < 100; ++i) keys.push_back(cuda::order_key(2.0f + 0.05f * float(i)));
+  const uint32_t want = cuda::order_key(2.0f + 0.05f * 98.0f);  // the 5th largest
   for (Order order : {Order::Forward, Order::Reverse})
     for (bool fixed : {false, true}) {
       uint32_t got = 0;
@@ -379,7 +380,8 @@ TEST(SimtTopK, SortCandidatesMatchesStdSort) {
 struct FlowShared {
   float red[64];
   int last;
-  TopKShared s;
+  SelectShared s;
+  cuda::NucleusMember members[cuda::mk::kSelectTestMembers];
 };
 
 // What the selecting CTA saw (test instrumentation, after the draw).
@@ -394,17 +396,17 @@ struct Merged {
 // block at a time). The lines marked "test" record what the selecting CTA drew from.
 void select_test_body(const SelectTestArgs a, FlowShared& sh, Merged* merged) {
   using namespace cuda::mk;
-  const int id = select_over_logits(a, sh.red, sh.last, sh.s, [&] {
+  const int id = select_over_logits(a, sh.red, sh.last, sh.s, sh.members, a.member_capacity, [&] {
     __threadfence();
     return atomicAdd(a.ticket, 1u);
   });
   if (id < 0) return;
   if (threadIdx.x == 0) a.out[0] = id;
-  if (a.top_k > 0 && merged) {  // test
-    merged->chosen_by_thread[threadIdx.x] = id;
+  if (merged) merged->chosen_by_thread[threadIdx.x] = id;  // test
+  if (a.top_k > 0 && merged) {                               // test
     if (threadIdx.x == 0) {
-      merged->v.assign(sh.s.cand_v, sh.s.cand_v + a.top_k);
-      merged->i.assign(sh.s.cand_i, sh.s.cand_i + a.top_k);
+      merged->v.assign(sh.s.topk.cand_v, sh.s.topk.cand_v + a.top_k);
+      merged->i.assign(sh.s.topk.cand_i, sh.s.topk.cand_i + a.top_k);
     }
   }
 }
@@ -453,7 +455,7 @@ struct Selector {
 // order with their transformed values.
 void expect_filtered_state(const Selector& sel, const HostDraw& h, const std::vector<float>& transformed, int K,
                            const std::string& what) {
-  using cuda::mk::order_key;
+  using cuda::order_key;
   ASSERT_EQ(sel.merged.i.size(), size_t(K)) << what << ": the selecting CTA never ran merge_and_draw";
   for (int j = 0; j < K; ++j) {
     ASSERT_EQ(sel.merged.i[size_t(j)], h.top[size_t(j)]) << what << ": merged candidate " << j;
@@ -696,6 +698,60 @@ TEST(SimtSelect, FilteredDrawIsTheExactHostDraw) {
   }
 }
 
+// Nucleus mode (top-p / min-p, top-k off): the drawn id is host_nucleus_draw's over the Sampler's
+// transformed values, in every thread of the selecting CTA, whatever CTA merges: 1, 5 and 132 CTAs,
+// small and Qwen-sized vocabularies, flat distributions (thousands kept), ties on a 0.25 grid, min-p
+// alone, both cuts with penalties; with the boundary bin searched in the shared member buffer and,
+// with no buffer (capacity 0), over all V values. The host's kept set is the Sampler's.
+TEST(SimtSelect, NucleusDrawIsTheExactHostDraw) {
+  struct Case {
+    int V, ctas;
+    float temperature, top_p, min_p, repetition, presence, frequency;
+    int steps;
+    bool ties;
+  };
+  const Case cases[] = {
+      {40, 5, 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 8, false},
+      {1000, 1, 1.0f, 0.95f, 0.05f, 1.3f, 0.5f, 0.2f, 6, false},
+      {1000, 5, 2.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 6, true},
+      {1000, 132, 0.7f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 2, false},      // min-p alone, 7 empty CTAs
+      {151936, 132, 1.5f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 2, false},   // Qwen vocabulary, flat
+      {151936, 132, 0.6f, 0.9f, 0.02f, 1.3f, 0.5f, 0.2f, 2, true},
+  };
+  for (const Case& c : cases) {
+    const size_t index = size_t(&c - cases);
+    auto logits = random_floats(size_t(c.V), uint64_t(c.V) * 3 + index, -8, 8);
+    if (c.ties)
+      for (float& x : logits) x = std::round(x * 4.0f) / 4.0f;
+    const std::vector<int32_t> history = {0, 3, 3, 7, 11, 11, 11, c.V - 1};
+    const auto counts = counts_of(history, c.V);
+    const SamplingParams p = test::sampling_params(c.temperature, 0, c.top_p, c.min_p, c.repetition, c.presence,
+                                                   c.frequency, 4321 + uint64_t(c.V));
+    std::vector<Sampler::Candidate> dist;
+    const auto t = sampler_transformed(logits, p, history, &dist);
+    Selector sel(c.ctas, c.V);
+    sel.options = threads_in(index % 3 == 0 ? Order::Forward : index % 3 == 1 ? Order::Random : Order::Reverse, index);
+    sel.options.blocks = index % 2 ? Order::Random : Order::Forward;
+    for (int step = 0; step < c.steps; ++step) {
+      const std::string what = "case " + std::to_string(index) + " V " + std::to_string(c.V) + " ctas " +
+                               std::to_string(c.ctas) + " step " + std::to_string(step);
+      const test::NucleusDraw h = test::host_nucleus_draw(t, c.top_p, c.min_p, p.seed, uint64_t(step));
+      if (step == 0) test::expect_same_candidates(h.kept, dist, 1e-6, what + ": the host's nucleus vs the Sampler's");
+      SelectTestArgs a = select_args(logits.data(), p, counts.data(), uint64_t(step));
+      ASSERT_TRUE(a.nucleus && !a.gumbel && a.top_k == 0) << what;
+      for (int capacity : {cuda::mk::kSelectTestMembers, 0}) {
+        a.member_capacity = capacity;
+        EXPECT_EQ(sel.select(a), h.id) << what << ", member capacity " << capacity;
+        for (int32_t id : sel.merged.chosen_by_thread) {
+          if (id != -9) {
+            ASSERT_EQ(id, h.id) << what << ": a thread of the selecting CTA disagrees";
+          }
+        }
+      }
+    }
+  }
+}
+
 // As the GPU test: the top k of the full vocabulary wherever the winners sit (all in one CTA's slice, on
 // slice edges, at both ends, tied across CTA boundaries: the lowest ids win). With a planted top k of
 // equal values the draw is uniform over them; the merged list and the draw are checked exactly.
@@ -736,12 +792,13 @@ TEST(SimtSelect, FilteredSelectionFindsTheTopKAcrossCtaSlices) {
 }
 
 // Draw frequencies of the emulated selection against the CPU Sampler's probabilities: filtered
-// (top-k / top-p / min-p with penalties: 2,000 draws) and Gumbel-max (penalties: 1,000 draws), V = 40
-// over 5 CTAs (8 ids per slice: top_k 20 exceeds a slice). Bound: a probability's standard error is
-// sd = sqrt(p (1 - p) / draws) (<= 0.0112 at 2,000 draws, 0.0158 at 1,000); every id's frequency must
-// be within 5 sd + 1e-3 of the Sampler's probability, and ids the Sampler filters out are never drawn.
-// Every draw is also the exact host draw (filtered: host_filtered_draw; Gumbel: the argmax of the
-// host's l / T + Gumbel(seed, step, id)): this checks the law that exact draw follows.
+// (top-k / top-p / min-p with penalties: 2,000 draws), Gumbel-max (penalties: 1,000 draws) and
+// nucleus (top-p and min-p, no top-k, penalties: 1,000 draws), V = 40 over 5 CTAs (8 ids per slice:
+// top_k 20 exceeds a slice). Bound: a probability's standard error is sd = sqrt(p (1 - p) / draws)
+// (<= 0.0112 at 2,000 draws, 0.0158 at 1,000); every id's frequency must be within 5 sd + 1e-3 of the
+// Sampler's probability, and ids the Sampler filters out are never drawn. Every draw is also the
+// exact host draw (host_filtered_draw; host_nucleus_draw; Gumbel: the argmax of the host's l / T +
+// Gumbel(seed, step, id)): this checks the law that exact draw follows.
 TEST(SimtSelect, DrawsFollowTheSamplerDistribution) {
   const int V = 40, ctas = 5;
   const auto logits = random_floats(size_t(V), 5, -2, 2);
@@ -753,7 +810,9 @@ TEST(SimtSelect, DrawsFollowTheSamplerDistribution) {
     float top_p, min_p, repetition, presence, frequency;
     int draws;
   };
-  const Case cases[] = {{0.6f, 20, 0.95f, 0.02f, 1.3f, 0.5f, 0.2f, 2000}, {0.8f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1000}};
+  const Case cases[] = {{0.6f, 20, 0.95f, 0.02f, 1.3f, 0.5f, 0.2f, 2000},
+                        {0.8f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.4f, 1000},
+                        {0.9f, 0, 0.9f, 0.02f, 1.2f, 0.3f, 0.0f, 1000}};  // nucleus
   Selector sel(ctas, V);
   for (const Case& c : cases) {
     const SamplingParams p =
@@ -770,6 +829,8 @@ TEST(SimtSelect, DrawsFollowTheSamplerDistribution) {
       int32_t exact = -1;
       if (c.top_k > 0) {
         exact = host_filtered_draw(logits, p, history, uint64_t(s)).id;
+      } else if (c.top_p < 1.0f || c.min_p > 0.0f) {
+        exact = test::host_nucleus_draw(t, p.top_p, p.min_p, p.seed, uint64_t(s)).id;
       } else {
         std::vector<float> g(static_cast<size_t>(V));
         for (int i = 0; i < V; ++i) g[size_t(i)] = test::gumbel_value(t[size_t(i)], p.seed, uint64_t(s), i);

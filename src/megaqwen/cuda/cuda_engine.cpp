@@ -406,18 +406,17 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
 }
 
 // Whole runs of decode steps in the megakernel, drawing as sample_on_device would from the same
-// logits: the same transform (penalties, temperature), Gumbel-max keys for plain sampling, and the
-// filtered sampler's arithmetic and key for top-k (+ top-p / min-p). What it cannot serve exactly
-// (top-p / min-p without a top-k in 1..kMaxTopK) stays on the per-operator path.
+// logits: the same transform (penalties, temperature), Gumbel-max keys for plain sampling, the
+// filtered sampler's arithmetic and key for top-k (+ top-p / min-p), and the nucleus sampler's for
+// top-p / min-p without a top-k. A top-k the kernel's selection cannot hold stays on the
+// per-operator path.
 std::string CudaEngine::megakernel_unsupported_reason(const SamplingParams& params) const {
   if (!megakernel_) return decode_note_;
   params.validate();
   if (params.greedy()) return {};
   const int V = model_->config.vocab_size;
   const bool top_k_on = params.top_k > 0 && params.top_k < V;
-  const bool filtered = top_k_on || params.top_p < 1.0f || params.min_p > 0.0f;
-  if (!filtered) return {};
-  if (!top_k_on) return "top-p / min-p without a top-k need the whole sorted vocabulary (per-operator sampler)";
+  if (!top_k_on) return {};
   return megakernel_->filter_unsupported_reason(params.top_k);
 }
 
@@ -447,7 +446,9 @@ int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<con
   }
   const int V = model_->config.vocab_size;
   const bool top_k_on = !params.greedy() && params.top_k > 0 && params.top_k < V;
-  req.gumbel = !params.greedy() && !top_k_on;
+  const bool cuts = params.top_p < 1.0f || params.min_p > 0.0f;
+  req.gumbel = !params.greedy() && !top_k_on && !cuts;
+  req.nucleus = !params.greedy() && !top_k_on && cuts;
   req.top_k = top_k_on ? params.top_k : 0;
   req.top_p = params.top_p;
   req.min_p = params.min_p;

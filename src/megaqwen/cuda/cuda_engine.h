@@ -74,8 +74,9 @@ class CudaEngine final : public Engine {
   std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
   void decode_only(int32_t token) override;
   // The megakernel path (when chosen): greedy, temperature sampling (Gumbel-max), top-k up to
-  // mk::kMaxTopK with top-p / min-p, and the penalties with any of them. top-p or min-p without a
-  // top-k (or a larger top_k) returns nullopt: the per-operator path's sampler serves it.
+  // mk::kMaxTopK with top-p / min-p, top-p / min-p without a top-k, and the penalties with any of
+  // them. A top_k above mk::kMaxTopK (below the vocabulary) returns nullopt: the per-operator path
+  // serves it.
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                         const SamplingParams& params, std::span<const int32_t> history,
                                         const std::function<bool(int32_t)>& on_token) override;

@@ -200,11 +200,17 @@ void sample_filtered(const float* logits, int V, const LogitTransform& t, const 
   launch_kernel(transform_logits_kernel, elementwise_blocks(size_t(V), 256), 256, 0, stream, logits, V, no_noise,
                 scratch);
   CUDA_CHECK_LAUNCH("transform_logits_kernel");
-  const bool top_k_on = f.top_k > 0 && f.top_k < V;
-  const int K = std::min({top_k_on ? f.top_k : kSampleCandidates, kSampleCandidates, V});
-  const bool normalize_over_k = top_k_on && f.top_k <= kSampleCandidates;
-  launch_kernel(sample_filtered_kernel, 1, kSampleThreads, 0, stream, scratch, V, K, normalize_over_k, f.top_p, f.min_p,
-                t.seed, t.step, out);
+  if (f.top_k <= 0 || f.top_k >= V) {  // top-k off: top-p / min-p over the whole vocabulary
+    launch_kernel(sample_nucleus_kernel, 1, kNucleusThreads, 0, stream, scratch, V, f.top_p, f.min_p, t.seed, t.step,
+                  out);
+    CUDA_CHECK_LAUNCH("sample_nucleus_kernel");
+    return;
+  }
+  if (f.top_k > kSampleCandidates)
+    throw_error("sample_filtered: top_k " + std::to_string(f.top_k) + " is above the device sampler's " +
+                std::to_string(kSampleCandidates) + " candidates");
+  launch_kernel(sample_filtered_kernel, 1, kSampleThreads, 0, stream, scratch, V, f.top_k, f.top_p, f.min_p, t.seed,
+                t.step, out);
   CUDA_CHECK_LAUNCH("sample_filtered_kernel");
 }
 

@@ -114,10 +114,10 @@ int argmax_blocks(int V);
 // value is NaN. partial is scratch of 2 * blocks words. `blocks` in 1..kArgmaxMaxBlocks (any count).
 void argmax(const float* logits, int V, const LogitTransform& t, int blocks, uint64_t* partial, int32_t* out,
             cudaStream_t stream);
-// Filtered sampling (top-k / top-p / min-p) over at most kSampleCandidates candidates: the top
-// min(top_k, kSampleCandidates) transformed logits (kSampleCandidates when top_k is 0), softmax over
-// the top-k set (over all V when top_k is 0), top-p and min-p cuts as the CPU Sampler, then one draw
-// with u keyed by (seed, step). scratch [V] fp32. out[0] = the id.
+// Filtered sampling, the CPU Sampler's cuts, one draw keyed by (seed, step); scratch [V] fp32, out[0]
+// = the id. top_k in 1..kSampleCandidates (< V): softmax over the top-k set, then top-p and min-p.
+// top_k off (0 or >= V): top-p / min-p over the whole vocabulary (kernels/nucleus.cuh: exact, no
+// sort). A top_k in (kSampleCandidates, V) throws: the caller samples on the host.
 constexpr int kSampleCandidates = 1024;
 struct FilterParams {
   int top_k = 0;

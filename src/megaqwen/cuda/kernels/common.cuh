@@ -71,6 +71,17 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// Float -> uint32 key whose unsigned order is the float order (NaN excluded): the radix selections
+// of both samplers compare keys. -0 and +0 share a key (they compare equal, so ties go by id); -inf
+// maps to 0x007fffff, so key 0 sorts below every real value (padding).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 // Counter-based random numbers: a uniform in [0, 1) from (seed, step, index) with no state, so a
 // draw does not depend on thread counts or launch order. splitmix64's finalizer over a mix of the
 // three keys; 53 random bits.

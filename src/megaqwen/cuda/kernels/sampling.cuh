@@ -11,19 +11,22 @@
 // count and any V work (empty slices yield (-inf, INT_MAX)); tests plant the winner at every slice's
 // first and last id and at both ends of the vocabulary.
 //
-// sample_filtered (top-k / top-p / min-p): one block of 1024 threads over the transformed logits in
-// `scratch`: the K-th largest value by a 4-pass radix select over order-preserving 32-bit keys (8 bits
-// per pass, shared-memory histogram), a gather of the K candidates in id order for ties, a bitonic
-// sort (value descending, id ascending, as the CPU Sampler orders them), then the CPU Sampler's
-// arithmetic on the sorted list (fp64 probabilities, top-p prefix, min-p floor, one draw). K is top_k,
-// capped at kSampleCandidates; with top_k off the softmax still normalizes over all V (as on the CPU)
-// but only the top kSampleCandidates can be drawn: exact unless top-p / min-p would keep more.
+// sample_filtered_kernel (top-k, with top-p / min-p): one block of 1024 threads over the transformed
+// logits in `scratch`: the K-th largest value by a 4-pass radix select over order-preserving 32-bit
+// keys (8 bits per pass, shared-memory histogram), a gather of the K candidates in id order for ties,
+// a bitonic sort (value descending, id ascending, as the CPU Sampler orders them), then the CPU
+// Sampler's arithmetic on the sorted list (fp64 probabilities normalized over the K, top-p prefix,
+// min-p floor, one draw). K = top_k <= kSampleCandidates.
+//
+// sample_nucleus_kernel (top-p / min-p with top-k off): one block of 1024 threads, the maximum, then
+// nucleus.cuh's draw over all V values (fixed-point masses, no sort), which the megakernel shares.
 #pragma once
 
 #include <climits>
 
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/kernels/common.cuh"
+#include "megaqwen/cuda/kernels/nucleus.cuh"
 
 namespace megaqwen::cuda {
 
@@ -111,41 +114,19 @@ __global__ void transform_logits_kernel(const float* __restrict__ logits, int V,
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) dst[i] = transform_logit(t, logits, i);
 }
 
-// Larger float -> larger unsigned key (total order for non-NaN values).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);  // -0 == +0: one key, so ties go by id
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 constexpr int kSampleThreads = 1024;
 static_assert(kSampleCandidates == kSampleThreads, "one candidate per thread in the bitonic sort");
 
 __global__ __launch_bounds__(kSampleThreads) void sample_filtered_kernel(const float* __restrict__ v, int V, int K,
-                                                                         bool normalize_over_k, float top_p, float min_p,
-                                                                         uint64_t seed, uint64_t step,
-                                                                         int32_t* __restrict__ out) {
+                                                                         float top_p, float min_p, uint64_t seed,
+                                                                         uint64_t step, int32_t* __restrict__ out) {
   __shared__ unsigned hist[256];
-  __shared__ float red[32];
-  __shared__ double dred[32];
   __shared__ float cand_v[kSampleThreads];
   __shared__ int cand_i[kSampleThreads];
   __shared__ double probs[kSampleThreads];
   __shared__ unsigned s_prefix, s_remaining, s_gt, s_eq;
   __shared__ unsigned warp_eq[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  // Max and the full softmax denominator (fp64, as the CPU Sampler sums).
-  float mx = -INFINITY;
-  for (int i = tid; i < V; i += kSampleThreads) mx = fmaxf(mx, v[i]);
-  mx = block_max(mx, red);
-  double sum = 0.0;
-  for (int i = tid; i < V; i += kSampleThreads) sum += exp(double(v[i]) - double(mx));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);
-  if (lane == 0) dred[warp] = sum;
-  __syncthreads();
-  double full_sum = 0.0;
-  for (int w = 0; w < kSampleThreads / 32; ++w) full_sum += dred[w];
 
   // Radix select: the key of the K-th largest value, and how many of the values equal to it to take.
   if (tid == 0) s_prefix = 0, s_remaining = unsigned(K);
@@ -226,17 +207,13 @@ __global__ __launch_bounds__(kSampleThreads) void sample_filtered_kernel(const f
     }
   }
 
-  // Probabilities relative to the top value; normalized over the top-k set or over all V.
+  // Probabilities relative to the top value, normalized over the top-k set.
   const float top = cand_v[0];
   probs[tid] = tid < K ? exp(double(cand_v[tid]) - double(top)) : 0.0;
   __syncthreads();
   if (tid == 0) {
     double total = 0.0;
-    if (normalize_over_k) {
-      for (int i = 0; i < K; ++i) total += probs[i];
-    } else {
-      total = full_sum * exp(double(mx) - double(top));  // mx == top; kept for clarity
-    }
+    for (int i = 0; i < K; ++i) total += probs[i];
     int keep = K;
     if (top_p < 1.0f) {
       double mass = 0.0;
@@ -266,6 +243,27 @@ __global__ __launch_bounds__(kSampleThreads) void sample_filtered_kernel(const f
     }
     out[0] = chosen;
   }
+}
+
+constexpr int kNucleusThreads = 1024;
+constexpr int kNucleusMembers = 3072;  // 24 KB: a boundary bin up to this size is searched in shared memory
+
+__global__ __launch_bounds__(kNucleusThreads) void sample_nucleus_kernel(const float* __restrict__ v, int V, float top_p,
+                                                                         float min_p, uint64_t seed, uint64_t step,
+                                                                         int32_t* __restrict__ out) {
+  __shared__ NucleusShared s;
+  __shared__ NucleusMember members[kNucleusMembers];
+  __shared__ float top;
+  __shared__ int top_id;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    if (better(v[i], i, bv, bi)) bv = v[i], bi = i;
+  block_argmax(bv, bi);
+  if (threadIdx.x == 0) top = bv, top_id = bi == INT_MAX ? 0 : bi;
+  __syncthreads();
+  const int id = nucleus_draw(v, V, top, top_id, NucleusRule{top_p, min_p, seed, step}, s, members, kNucleusMembers);
+  if (threadIdx.x == 0) out[0] = id;
 }
 
 }  // namespace megaqwen::cuda

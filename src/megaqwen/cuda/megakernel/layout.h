@@ -46,6 +46,7 @@ constexpr int kMaxEos = 8;             // eos ids the kernel checks itself
 constexpr int kCounterStride = 32;     // uint32 words between counters (128 bytes: no false sharing)
 constexpr int kLaunchTokenCap = 4096;  // tokens one launch may draw (mailbox size); the runner relaunches
 constexpr int kMaxTopK = 64;           // filtered sampling in the kernel: top_k in 1..kMaxTopK (else per-op)
+constexpr int kSelectTestMembers = 1024;  // select_test_kernel's nucleus member buffer (at most)
 constexpr int kSelPerThread = 20;      // keys per thread of the top-k selection: a CTA's vocabulary slice
                                        // and ctas x top_k candidates must each be <= kThreads x this
 
@@ -173,7 +174,9 @@ struct Params {
   // temperature to the raw logit, as the CPU Sampler. Then either
   //   top_k == 0: argmax: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id));
   //   top_k  > 0: the top top_k values, softmax over them, top_p / min_p cuts, one draw keyed by
-  //               (seed, step0 + t), as the per-operator path's filtered sampler.
+  //               (seed, step0 + t), as the per-operator path's filtered sampler;
+  //   nucleus:    (top_k 0, gumbel off) top_p / min_p over all V values (kernels/nucleus.cuh), one
+  //               draw keyed by (seed, step0 + t), as the per-operator path's nucleus sampler.
   float temperature;
   int gumbel;
   uint64_t seed, step0;
@@ -181,8 +184,9 @@ struct Params {
                       // token. Null: no penalties.
   float repetition_penalty, presence_penalty, frequency_penalty;
   int top_k;          // 0 or 1..kMaxTopK (<= vocab)
+  int nucleus;        // 1: nucleus mode (top_k 0, gumbel 0)
   float top_p, min_p;
-  float* sel_vals;    // [V]           top_k > 0: the transformed logits of the step
+  float* sel_vals;    // [V]           top_k > 0 or nucleus: the transformed logits of the step
   float* cand_v;      // [ctas, top_k] each CTA's top candidates (id order) ...
   int32_t* cand_i;    //               ... and their ids
   int32_t* cand_n;    // [ctas]        how many each CTA has (min(top_k, its rows))
@@ -198,6 +202,8 @@ struct SelectTestArgs {
   const int32_t* counts = nullptr;  // [V] or null
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int top_k = 0;
+  bool nucleus = false;  // top_k 0, gumbel off: top-p / min-p over all V
+  int member_capacity = kSelectTestMembers;  // nucleus: shared-memory members (0: search all V every pass)
   float top_p = 1.0f, min_p = 0.0f;
   // scratch and result
   float* best_v = nullptr;

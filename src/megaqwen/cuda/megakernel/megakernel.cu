@@ -28,8 +28,10 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
 __global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTestArgs a) {
   __shared__ float red[64];
   __shared__ int last;
-  __shared__ TopKShared s;
-  const int id = select_over_logits(a, red, last, s, [&] { return take_ticket(a.ticket); });
+  __shared__ SelectShared s;
+  __shared__ NucleusMember members[kSelectTestMembers];
+  const int capacity = min(a.member_capacity, kSelectTestMembers);
+  const int id = select_over_logits(a, red, last, s, members, capacity, [&] { return take_ticket(a.ticket); });
   if (id >= 0 && threadIdx.x == 0) a.out[0] = id;
 }
 

@@ -34,7 +34,7 @@ template <class C>
 __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) {
   static_assert(C::kStages * 8 <= kSmallRed, "mbarriers overflow their slot");
   static_assert(kSmallSched + sizeof(Schedule<C>) <= C::kSmallBytes, "the schedule does not fit the small region");
-  static_assert(sizeof(TopKShared) <= size_t(C::kScratchFloats) * 4, "the selection scratch does not fit the vector region");
+  static_assert(sizeof(SelectShared) <= size_t(C::kScratchFloats) * 4, "the selection scratch does not fit the vector region");
   uint8_t* small = smem + C::kStages * C::kBufBytes + size_t(C::kScratchFloats) * 4;
   Ctx<C> c(p);
   c.vec = reinterpret_cast<float*>(smem + C::kStages * C::kBufBytes);

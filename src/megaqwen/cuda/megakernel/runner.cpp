@@ -184,19 +184,21 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
   if (req.eos_ids.size() > size_t(kMaxEos)) fail("megakernel: at most {} eos ids", kMaxEos);
   if (pos < 0 || int64_t(pos) + req.max_tokens > context_)
     fail("megakernel: {} tokens from position {} do not fit the context ({})", req.max_tokens, pos, context_);
-  if (req.gumbel && req.top_k > 0) fail("megakernel: Gumbel-max and top-k selection are exclusive");
-  if ((req.gumbel || req.top_k > 0) && !(req.temperature > 0.0f)) fail("megakernel: sampling needs a temperature > 0");
+  if (int(req.gumbel) + int(req.top_k > 0) + int(req.nucleus) > 1)
+    fail("megakernel: Gumbel-max, top-k and nucleus selection are exclusive");
+  const bool sampled = req.gumbel || req.top_k > 0 || req.nucleus;
+  if (sampled && !(req.temperature > 0.0f)) fail("megakernel: sampling needs a temperature > 0");
   if (req.top_k > 0) {
     const std::string why = filter_unsupported_reason(req.top_k);
     if (!why.empty()) fail("megakernel: {}", why);
     if (req.top_k > vocab_) fail("megakernel: top_k {} exceeds the vocabulary ({})", req.top_k, vocab_);
-    if (sel_vals_.size() == 0) {
-      sel_vals_.resize(size_t(vocab_));
+    if (cand_v_.size() == 0) {
       cand_v_.resize(size_t(ctas_) * kMaxTopK);
       cand_i_.resize(size_t(ctas_) * kMaxTopK);
       cand_n_.resize(size_t(ctas_));
     }
   }
+  if ((req.top_k > 0 || req.nucleus) && sel_vals_.size() == 0) sel_vals_.resize(size_t(vocab_));
   const bool penalties = req.repetition_penalty != 1.0f || req.presence_penalty != 0.0f || req.frequency_penalty != 0.0f;
   if (penalties) {
     // The counts start from the history (once per run: a relaunch continues with the kernel's own
@@ -281,7 +283,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.eps = eps_;
   p.attn_scale_log2 = scale_log2_;
   p.ablate = ablate_;
-  p.temperature = req.gumbel || req.top_k > 0 ? req.temperature : 1.0f;  // greedy: penalties only
+  p.temperature = req.gumbel || req.top_k > 0 || req.nucleus ? req.temperature : 1.0f;  // greedy: penalties only
   p.gumbel = req.gumbel ? 1 : 0;
   p.seed = req.seed;
   p.step0 = step;
@@ -291,6 +293,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.presence_penalty = req.presence_penalty;
   p.frequency_penalty = req.frequency_penalty;
   p.top_k = req.top_k;
+  p.nucleus = req.nucleus ? 1 : 0;
   p.top_p = req.top_p;
   p.min_p = req.min_p;
   p.sel_vals = sel_vals_.data();

@@ -26,9 +26,10 @@ struct RunRequest {
   int32_t token = 0;                    // fed first, at the position given to run()
   int max_tokens = 1;                   // draws at most this many (the caller keeps them within the context)
   std::span<const int32_t> eos_ids;     // a drawn token among these ends the run (at most kMaxEos)
-  float temperature = 1.0f;             // 1, gumbel off and top_k 0: greedy
+  float temperature = 1.0f;             // 1, gumbel and nucleus off and top_k 0: greedy
   bool gumbel = false;                  // argmax(l / T + Gumbel): a draw from softmax(l / T)
   int top_k = 0;                        // 1..kMaxTopK: filtered draw (top_p, min_p); gumbel must be off
+  bool nucleus = false;                 // top_p / min_p over the whole vocabulary; top_k 0, gumbel off
   float top_p = 1.0f, min_p = 0.0f;
   uint64_t seed = 0, step = 0;          // draw keys: (seed, step + i, ...) for the i-th draw
   // Penalties (any non-neutral value turns them on): occurrences counted over `history` (read before

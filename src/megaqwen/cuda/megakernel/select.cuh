@@ -16,16 +16,27 @@
 //            the top-p prefix, the min-p floor, one draw with u keyed by (seed, step, 0xffffffff)
 //            (merge_and_draw), bit for bit as the per-operator sample_filtered with top_k <= 1024
 //            (the CPU Sampler subtracts the top logit in fp32 before exp: last-bit differences).
+// Nucleus mode (top-p / min-p with top-k off; kernels/nucleus.cuh):
+//   level 1: each CTA writes its slice's transformed values and reduces them to its best (value, id)
+//   level 2: the selecting CTA takes the best of the bests (the top value) and runs nucleus_draw over
+//            all V values, the per-operator sample_nucleus_kernel's arithmetic: the same id
 // Ties go to the lowest id everywhere: runs are bit-reproducible.
 #pragma once
 
 #include <climits>
 
 #include "megaqwen/cuda/kernels/common.cuh"
+#include "megaqwen/cuda/kernels/nucleus.cuh"
 #include "megaqwen/cuda/megakernel/layout.h"
 #include "megaqwen/cuda/megakernel/topk.cuh"
 
 namespace megaqwen::cuda::mk {
+
+// The selection's shared scratch: one mode per launch.
+union SelectShared {
+  TopKShared topk;
+  NucleusShared nucleus;
+};
 
 struct SelectRule {
   float temperature = 1.0f;
@@ -186,30 +197,47 @@ __device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t
   return s.chosen;
 }
 
+// Nucleus level 2, block-wide, by the selecting CTA: the best of the per-CTA bests is the top value,
+// then nucleus_draw over vals [V] with `capacity` members of shared memory. Every thread gets the id.
+__device__ __forceinline__ int merge_and_draw_nucleus(const float* best_v, const int32_t* best_i, int ctas,
+                                                      const float* vals, int V, const NucleusRule& r, float* red,
+                                                      SelectShared& s, NucleusMember* members, int capacity) {
+  float top;
+  int top_id;
+  merge_best(best_v, best_i, ctas, top, top_id, red);  // thread 0's
+  if (threadIdx.x == 0) s.nucleus.chosen = top_id == INT_MAX ? 0 : top_id, red[0] = top;
+  __syncthreads();
+  top = red[0];
+  top_id = s.nucleus.chosen;
+  __syncthreads();
+  return nucleus_draw(vals, V, top, top_id, r, s.nucleus, members, capacity);
+}
+
 // The token selection alone over given logits (select_test_kernel, and the host emulator's tests):
 // CTA b owns ids [b * ceil(V / ctas), ...) as the LM head's split; the same select_value /
-// block_best / cta_top_k, ticket, merge_best / merge_and_draw path. `ticket()` (thread 0) returns the
-// old value of an acq_rel add of 1 to a.ticket (a parameter: select.cuh does not include sync.cuh).
+// block_best / cta_top_k, ticket, merge_best / merge_and_draw / merge_and_draw_nucleus path.
+// `ticket()` (thread 0) returns the old value of an acq_rel add of 1 to a.ticket (a parameter:
+// select.cuh does not include sync.cuh); members / capacity: the nucleus mode's member buffer.
 // Block-wide; returns the id in every thread of the selecting CTA, -1 in the others.
 template <class Ticket>
-__device__ __forceinline__ int select_over_logits(const SelectTestArgs& a, float* red, int& last, TopKShared& s,
-                                                  Ticket ticket) {
+__device__ __forceinline__ int select_over_logits(const SelectTestArgs& a, float* red, int& last, SelectShared& s,
+                                                  NucleusMember* members, int capacity, Ticket ticket) {
   const int ctas = int(gridDim.x), cta = int(blockIdx.x);
   const int per = (a.V + ctas - 1) / ctas;
   const int begin = min(a.V, cta * per), end = min(a.V, begin + per);
   const SelectRule rule{a.temperature, a.gumbel ? 1 : 0, a.seed, a.step, a.counts,
                         a.repetition_penalty, a.presence_penalty, a.frequency_penalty};
-  const bool filtered = a.top_k > 0;
+  const bool filtered = a.top_k > 0, keep_vals = filtered || a.nucleus;
   float bv = -INFINITY;
   int bi = INT_MAX;
   for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
     const float v = select_value(rule, a.logits[i], i);
-    if (filtered) __stcg(a.sel_vals + i, v);
-    else if (better_pair(v, i, bv, bi)) bv = v, bi = i;
+    if (keep_vals) __stcg(a.sel_vals + i, v);
+    if (!filtered && better_pair(v, i, bv, bi)) bv = v, bi = i;
   }
   if (filtered) {
     __syncthreads();
-    cta_top_k(a.sel_vals, begin, end, a.top_k, cta, a.cand_v, a.cand_i, a.cand_n, s);
+    cta_top_k(a.sel_vals, begin, end, a.top_k, cta, a.cand_v, a.cand_i, a.cand_n, s.topk);
   } else {
     block_best(bv, bi, red);
     if (threadIdx.x == 0) {
@@ -223,7 +251,11 @@ __device__ __forceinline__ int select_over_logits(const SelectTestArgs& a, float
   if (!last) return -1;
   int id;
   if (filtered) {
-    id = merge_and_draw(a.cand_v, a.cand_i, a.cand_n, ctas, FilterRule{a.top_k, a.top_p, a.min_p, a.seed, a.step}, s);
+    id = merge_and_draw(a.cand_v, a.cand_i, a.cand_n, ctas, FilterRule{a.top_k, a.top_p, a.min_p, a.seed, a.step},
+                        s.topk);
+  } else if (a.nucleus) {
+    id = merge_and_draw_nucleus(a.best_v, a.best_i, ctas, a.sel_vals, a.V, NucleusRule{a.top_p, a.min_p, a.seed, a.step},
+                                red, s, members, capacity);
   } else {
     float v;
     merge_best(a.best_v, a.best_i, ctas, v, id, red);  // the answer is thread 0's

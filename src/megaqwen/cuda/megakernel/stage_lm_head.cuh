@@ -2,9 +2,10 @@
 // per-CTA best (value, id), then the token selection by the last CTA to arrive.
 //   in:      x[L] (H floats), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
 //            per CTA (0.6B on 132 CTAs: 1,152 rows = 2.36 MB in 36 chunks of 32 rows; the last CTA 1,024)
-//   out:     argmax modes: best_v[cta], best_i[cta]; filtered mode: sel_vals[row] for its rows, then
-//            its top-k candidates cand_v / cand_i / cand_n (select.cuh); logits_out[t, row] when the
-//            tests ask for the raw logits; the selecting CTA: tokens[t], counts[token] += 1 (penalties),
+//   out:     argmax and nucleus modes: best_v[cta], best_i[cta]; filtered and nucleus modes:
+//            sel_vals[row] for its rows; filtered mode: its top-k candidates cand_v / cand_i / cand_n
+//            (select.cuh); logits_out[t, row] when the tests ask for the raw logits; the selecting
+//            CTA: tokens[t], counts[token] += 1 (penalties),
 //            Done when the run ends (eos id, budget, host stop request), Step, then the host mailbox
 //            slot (and `finished`)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
@@ -38,15 +39,15 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
     const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t), c.p.counts,
                           c.p.repetition_penalty, c.p.presence_penalty, c.p.frequency_penalty};
-    const bool filtered = c.p.top_k > 0;
+    const bool filtered = c.p.top_k > 0, keep_vals = filtered || c.p.nucleus;
     float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : nullptr;
     float bv = -INFINITY;
     int bi = INT_MAX;
     auto consider = [&](int row, float a) {
       if (logits) __stcg(logits + row, a);
       const float v = select_value(rule, a, row);
-      if (filtered) __stcg(c.p.sel_vals + row, v);
-      else if (better_pair(v, row, bv, bi)) bv = v, bi = row;
+      if (keep_vals) __stcg(c.p.sel_vals + row, v);
+      if (!filtered && better_pair(v, row, bv, bi)) bv = v, bi = row;
     };
     stream_rows<C::H>(c, Mat::Lm, c.vec, [&](int row, float a0, float a1, bool has1) {
       consider(row, a0);
@@ -57,7 +58,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
       __syncthreads();
       const Part& pt = c.part(Mat::Lm);
       cta_top_k(c.p.sel_vals, pt.row0, pt.row0 + pt.rows, c.p.top_k, c.cta, c.p.cand_v, c.p.cand_i, c.p.cand_n,
-                *reinterpret_cast<TopKShared*>(c.vec));
+                reinterpret_cast<SelectShared*>(c.vec)->topk);
     } else {
       block_best(bv, bi, c.red);
       if (threadIdx.x == 0) {
@@ -76,7 +77,15 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   int id;
   if (c.p.top_k > 0) {
     const FilterRule f{c.p.top_k, c.p.top_p, c.p.min_p, c.p.seed, c.p.step0 + uint64_t(c.t)};
-    id = merge_and_draw(c.p.cand_v, c.p.cand_i, c.p.cand_n, c.ctas, f, *reinterpret_cast<TopKShared*>(c.vec));
+    id = merge_and_draw(c.p.cand_v, c.p.cand_i, c.p.cand_n, c.ctas, f, reinterpret_cast<SelectShared*>(c.vec)->topk);
+  } else if (c.p.nucleus) {
+    // The member buffer takes the rest of the vector region (0.6B: ~750 members).
+    constexpr int kMembers = int((size_t(C::kScratchFloats) * 4 - sizeof(SelectShared)) / sizeof(NucleusMember));
+    static_assert(kMembers >= 256, "the nucleus member buffer is too small to be worth having");
+    auto* members = reinterpret_cast<NucleusMember*>(reinterpret_cast<uint8_t*>(c.vec) + sizeof(SelectShared));
+    const NucleusRule r{c.p.top_p, c.p.min_p, c.p.seed, c.p.step0 + uint64_t(c.t)};
+    id = merge_and_draw_nucleus(c.p.best_v, c.p.best_i, c.ctas, c.p.sel_vals, c.p.vocab, r, c.red,
+                                *reinterpret_cast<SelectShared*>(c.vec), members, kMembers);
   } else {
     float v;
     merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);

@@ -2,7 +2,7 @@
 // exact, and cheap at the sizes the kernel needs (a CTA's vocabulary slice of ~1,152 values; the
 // ctas x K per-CTA candidates). Every function is called by all kThreads threads of a CTA.
 //
-//   order_key()          float -> uint32 whose unsigned order is the float order (NaN excluded)
+//   order_key()          (kernels/common.cuh) float -> uint32 whose unsigned order is the float order
 //   KeyBlock             up to kSelPerThread keys per thread, a contiguous run of indices each
 //                        (thread t holds [t * per, (t + 1) * per)), so "index order" is (thread, j)
 //   kth_largest()        radix select, 8 bits per pass (4 passes, a 256-bin shared histogram): the
@@ -23,15 +23,6 @@
 #include "megaqwen/cuda/megakernel/layout.h"
 
 namespace megaqwen::cuda::mk {
-
-// Larger float -> larger key; -inf maps to 0x007fffff, so key 0 is below every real value (padding).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);  // -0 and +0 compare equal: one key
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 // Shared scratch of the selection primitives (inside the stage's vector region).
 struct TopKShared {
