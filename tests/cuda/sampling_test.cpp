@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -268,6 +269,22 @@ TEST(CudaSampling, NucleusDrawsFromTheWholeTopPSet) {
   EXPECT_LE(outside_kept, draws / 100) << "draws outside the Sampler's top-p set";
   const double freq = double(outside_top) / draws, sd = std::sqrt(mass_outside * (1 - mass_outside) / draws);
   EXPECT_NEAR(freq, mass_outside, 5 * sd + 1e-3) << "share of draws outside the top 1,024";
+}
+
+// The nucleus sampler's fixed point holds V * 2^45 below 2^63: a larger vocabulary is refused with
+// its size, not summed into garbage (the engine samples those on the host).
+TEST(CudaSampling, NucleusRefusesAVocabularyBeyondItsFixedPoint) {
+  MQ_REQUIRE_GPU();
+  const int V = cuda::kNucleusMaxVocab;
+  cuda::DeviceBuffer<float> logits(static_cast<size_t>(V)), scratch(static_cast<size_t>(V));
+  cuda::DeviceBuffer<int32_t> out(1);
+  cuda::LogitTransform t;
+  try {
+    cuda::sample_filtered(logits.data(), V, t, {0, 0.9f, 0.0f}, scratch.data(), out.data(), nullptr);
+    ADD_FAILURE() << "a vocabulary of " << V << " ids was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(V)), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaSampling, CounterUniformIsKeyedAndInRange) {

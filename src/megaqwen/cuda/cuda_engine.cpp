@@ -386,8 +386,11 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
   }
   const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
   // A top-k above the device sampler's candidate count normalizes over the k on the CPU, which the
-  // device cannot reproduce: the host Sampler serves it (nullopt: the caller decodes to the host).
+  // device cannot reproduce, and the nucleus sampler's fixed point has a vocabulary limit: the host
+  // Sampler serves those (nullopt: the caller decodes to the host).
   if (!params.greedy() && params.top_k > kSampleCandidates && params.top_k < V) return std::nullopt;
+  const bool top_k_off = params.top_k <= 0 || params.top_k >= V;
+  if (!params.greedy() && filtered && top_k_off && V >= kNucleusMaxVocab) return std::nullopt;
   if (params.greedy()) {
     argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
   } else if (!filtered) {
@@ -416,8 +419,11 @@ std::string CudaEngine::megakernel_unsupported_reason(const SamplingParams& para
   if (params.greedy()) return {};
   const int V = model_->config.vocab_size;
   const bool top_k_on = params.top_k > 0 && params.top_k < V;
-  if (!top_k_on) return {};
-  return megakernel_->filter_unsupported_reason(params.top_k);
+  if (top_k_on) return megakernel_->filter_unsupported_reason(params.top_k);
+  if ((params.top_p < 1.0f || params.min_p > 0.0f) && V >= kNucleusMaxVocab)
+    return "a vocabulary of " + std::to_string(V) + " ids is beyond the nucleus sampler's " +
+           std::to_string(kNucleusMaxVocab);
+  return {};
 }
 
 std::optional<int> CudaEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,

@@ -201,6 +201,9 @@ void sample_filtered(const float* logits, int V, const LogitTransform& t, const 
                 scratch);
   CUDA_CHECK_LAUNCH("transform_logits_kernel");
   if (f.top_k <= 0 || f.top_k >= V) {  // top-k off: top-p / min-p over the whole vocabulary
+    if (V >= kNucleusMaxVocab)
+      throw_error("sample_filtered: a vocabulary of " + std::to_string(V) + " ids is beyond the nucleus sampler's " +
+                  std::to_string(kNucleusMaxVocab));
     launch_kernel(sample_nucleus_kernel, 1, kNucleusThreads, 0, stream, scratch, V, f.top_p, f.min_p, t.seed, t.step,
                   out);
     CUDA_CHECK_LAUNCH("sample_nucleus_kernel");

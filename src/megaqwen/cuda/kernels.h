@@ -117,8 +117,10 @@ void argmax(const float* logits, int V, const LogitTransform& t, int blocks, uin
 // Filtered sampling, the CPU Sampler's cuts, one draw keyed by (seed, step); scratch [V] fp32, out[0]
 // = the id. top_k in 1..kSampleCandidates (< V): softmax over the top-k set, then top-p and min-p.
 // top_k off (0 or >= V): top-p / min-p over the whole vocabulary (kernels/nucleus.cuh: exact, no
-// sort). A top_k in (kSampleCandidates, V) throws: the caller samples on the host.
+// sort; V < kNucleusMaxVocab). A top_k in (kSampleCandidates, V) throws: the caller samples on the
+// host.
 constexpr int kSampleCandidates = 1024;
+constexpr int kNucleusMaxVocab = 1 << 18;  // the nucleus sampler's fixed point: V * 2^45 < 2^63
 struct FilterParams {
   int top_k = 0;
   float top_p = 1.0f, min_p = 0.0f;

@@ -38,6 +38,7 @@
 
 #include <climits>
 
+#include "megaqwen/cuda/kernels.h"  // kNucleusMaxVocab
 #include "megaqwen/cuda/kernels/common.cuh"
 
 namespace megaqwen::cuda {

@@ -198,6 +198,8 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
       cand_n_.resize(size_t(ctas_));
     }
   }
+  if (req.nucleus && vocab_ >= kNucleusMaxVocab)
+    fail("megakernel: a vocabulary of {} ids is beyond the nucleus sampler's {}", vocab_, kNucleusMaxVocab);
   if ((req.top_k > 0 || req.nucleus) && sel_vals_.size() == 0) sel_vals_.resize(size_t(vocab_));
   const bool penalties = req.repetition_penalty != 1.0f || req.presence_penalty != 0.0f || req.frequency_penalty != 0.0f;
   if (penalties) {
