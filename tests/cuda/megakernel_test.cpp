@@ -242,6 +242,38 @@ TEST(Megakernel, DrawsFollowTheSamplerDistribution) {
   }
 }
 
+// The nucleus path (top-p / min-p, no top-k) over Qwen3's 151,936 ids on the H200's 132 CTAs: with a
+// flat distribution the top-p set holds most of the vocabulary; every draw lies in the CPU Sampler's
+// kept set (fp32 against fp64 exp may move the cut by an id: at most one draw of the 24 outside), and
+// the boundary bin searched in shared memory (member buffer) or over all V (capacity 0) gives the same
+// id. Emulated, and under compute-sanitizer (gpu-check.sh sets MEGAQWEN_TEST_QUICK): 2 draws.
+TEST(Megakernel, SelectionNucleusDrawsFromTheWholeTopPSet) {
+  MQ_REQUIRE_GPU();
+  const bool quick = kEmulatedDevice || std::getenv("MEGAQWEN_TEST_QUICK") != nullptr;
+  const int V = 151936, ctas = 132, draws = quick ? 2 : 24;
+  const auto logits = test::random_floats(size_t(V), 31, -3, 3);
+  const SamplingParams p = sampling_params(1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 5);
+  std::vector<float> work = logits;
+  const auto dist = Sampler(p).distribution(work, {});
+  ASSERT_GT(dist.size(), size_t(50000));
+  std::vector<char> kept(size_t(V), 0);
+  for (const auto& d : dist) kept[size_t(d.id)] = 1;
+  auto d = test::upload(logits);
+  Selector sel(ctas, V);
+  int outside = 0;
+  for (int s = 0; s < draws; ++s) {
+    auto a = select_args(d.data(), p, nullptr, uint64_t(s));
+    ASSERT_TRUE(a.nucleus);
+    const int32_t id = sel.select(a);
+    ASSERT_GE(id, 0) << "step " << s;
+    ASSERT_LT(id, V);
+    outside += !kept[size_t(id)];
+    a.member_capacity = 0;
+    EXPECT_EQ(sel.select(a), id) << "step " << s << ": the search over all V differs from the member buffer's";
+  }
+  EXPECT_LE(outside, 1) << "draws outside the Sampler's top-p set";
+}
+
 // The filtered path finds exactly the top k of the full vocabulary wherever the winners sit: all of
 // them in one CTA's slice, on slice edges, at both ends, tied across CTA boundaries (lowest ids win).
 // With top_p tiny the draw is the best candidate; with top_k = k and a planted top k of equal
