@@ -152,6 +152,11 @@ struct RunResult {
   bool cache_outside_untouched = true;
 };
 
+// The raw logits of draw t.
+std::vector<float> step_logits(const RunResult& r, size_t t) {
+  return std::vector<float>(r.logits.begin() + std::ptrdiff_t(t * kVocab), r.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+}
+
 simt::Options emulation(Order threads, Order blocks, CopyTiming copies, uint64_t seed = 1, double skew = 0.9) {
   simt::Options o;
   o.skew = skew;
@@ -449,23 +454,14 @@ TEST(SimtMegakernel, SampledRunsStopAtEosAndOnRequest) {
 // that step (simt/host_draw.h: the Sampler's candidates and merge_and_draw's arithmetic), with the
 // counts growing by each drawn token; the logits still match the CPU engine.
 TEST(SimtMegakernel, FilteredSamplingWithPenaltiesIsTheExactHostDraw) {
-  SamplingParams sp;
-  sp.temperature = 0.9f;
-  sp.top_k = 20;
-  sp.top_p = 0.9f;
-  sp.min_p = 0.02f;
-  sp.repetition_penalty = 1.3f;
-  sp.presence_penalty = 0.4f;
-  sp.frequency_penalty = 0.2f;
-  sp.seed = 1234;
+  const SamplingParams sp = test::sampling_params(0.9f, 20, 0.9f, 0.02f, 1.3f, 0.4f, 0.2f, 1234);
   const RunSpec s{.ctas = 5, .pos0 = 0, .first = 3, .max_tokens = 8, .sampling = sp, .history = {3, 5, 5, 900},
                   .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 5)};
   const RunResult r = run_megakernel(s);
   ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
   std::vector<int32_t> history = s.history;
   for (size_t t = 0; t < r.tokens.size(); ++t) {
-    const std::vector<float> logits(r.logits.begin() + std::ptrdiff_t(t * kVocab),
-                                    r.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const std::vector<float> logits = step_logits(r, t);
     const test::HostDraw h = test::host_filtered_draw(logits, sp, history, s.history.size() + t);
     EXPECT_EQ(r.tokens[t], h.id) << "step " << t;
     history.push_back(r.tokens[t]);
@@ -474,19 +470,13 @@ TEST(SimtMegakernel, FilteredSamplingWithPenaltiesIsTheExactHostDraw) {
   expect_counters(r, s.ctas, s.max_tokens, true);
 
   // The widest list the kernel selects (kMaxTopK), with min-p only, on 3 CTAs.
-  SamplingParams wide;
-  wide.temperature = 2.0f;
-  wide.top_k = mk::kMaxTopK;
-  wide.top_p = 1.0f;
-  wide.min_p = 0.05f;
-  wide.seed = 77;
+  const SamplingParams wide = test::sampling_params(2.0f, mk::kMaxTopK, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f, 77);
   const RunSpec w{.ctas = 3, .pos0 = 10, .first = 4000, .max_tokens = 6, .sampling = wide,
                   .emu = emulation(Order::Reverse, Order::Random, CopyTiming::AtIssue, 8)};
   const RunResult rw = run_megakernel(w);
   ASSERT_EQ(rw.tokens.size(), size_t(w.max_tokens));
   for (size_t t = 0; t < rw.tokens.size(); ++t) {
-    const std::vector<float> logits(rw.logits.begin() + std::ptrdiff_t(t * kVocab),
-                                    rw.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const std::vector<float> logits = step_logits(rw, t);
     EXPECT_EQ(rw.tokens[t], test::host_filtered_draw(logits, wide, {}, t).id) << "step " << t;
   }
 }
@@ -496,23 +486,14 @@ TEST(SimtMegakernel, FilteredSamplingWithPenaltiesIsTheExactHostDraw) {
 // (the kernel's counts grow by each drawn token); then a flat distribution (temperature 3, top-p
 // 0.98: thousands of the 4,099 ids kept) on the 132-CTA grid of the H200.
 TEST(SimtMegakernel, NucleusSamplingWithPenaltiesIsTheExactHostDraw) {
-  SamplingParams sp;
-  sp.temperature = 0.9f;
-  sp.top_k = 0;
-  sp.top_p = 0.9f;
-  sp.min_p = 0.02f;
-  sp.repetition_penalty = 1.3f;
-  sp.presence_penalty = 0.4f;
-  sp.frequency_penalty = 0.2f;
-  sp.seed = 4321;
+  const SamplingParams sp = test::sampling_params(0.9f, 0, 0.9f, 0.02f, 1.3f, 0.4f, 0.2f, 4321);
   const RunSpec s{.ctas = 5, .pos0 = 0, .first = 3, .max_tokens = 8, .sampling = sp, .history = {3, 5, 5, 900},
                   .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 6)};
   const RunResult r = run_megakernel(s);
   ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
   std::vector<int32_t> history = s.history;
   for (size_t t = 0; t < r.tokens.size(); ++t) {
-    const std::vector<float> logits(r.logits.begin() + std::ptrdiff_t(t * kVocab),
-                                    r.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const std::vector<float> logits = step_logits(r, t);
     const auto v = test::sampler_transformed(logits, sp, history);
     EXPECT_EQ(r.tokens[t], test::host_nucleus_draw(v, sp.top_p, sp.min_p, sp.seed, s.history.size() + t).id)
         << "step " << t;
@@ -521,18 +502,13 @@ TEST(SimtMegakernel, NucleusSamplingWithPenaltiesIsTheExactHostDraw) {
   expect_logits_match_cpu(s, r);
   expect_counters(r, s.ctas, s.max_tokens, true);
 
-  SamplingParams flat;
-  flat.temperature = 3.0f;
-  flat.top_k = 0;
-  flat.top_p = 0.98f;
-  flat.seed = 5;
+  const SamplingParams flat = test::sampling_params(3.0f, 0, 0.98f, 0.0f, 1.0f, 0.0f, 0.0f, 5);
   const RunSpec w{.ctas = 132, .pos0 = 4, .first = 17, .max_tokens = 3, .sampling = flat,
                   .emu = emulation(Order::Forward, Order::Random, CopyTiming::AtIssue, 9)};
   const RunResult rw = run_megakernel(w);
   ASSERT_EQ(rw.tokens.size(), size_t(w.max_tokens));
   for (size_t t = 0; t < rw.tokens.size(); ++t) {
-    const std::vector<float> logits(rw.logits.begin() + std::ptrdiff_t(t * kVocab),
-                                    rw.logits.begin() + std::ptrdiff_t((t + 1) * kVocab));
+    const std::vector<float> logits = step_logits(rw, t);
     const auto v = test::sampler_transformed(logits, flat, {});
     const test::NucleusDraw h = test::host_nucleus_draw(v, flat.top_p, flat.min_p, flat.seed, t);
     if (t == 0) {
