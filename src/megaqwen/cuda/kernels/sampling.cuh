@@ -248,9 +248,9 @@ __global__ __launch_bounds__(kSampleThreads) void sample_filtered_kernel(const f
 constexpr int kNucleusThreads = 1024;
 constexpr int kNucleusMembers = 3072;  // 24 KB: a boundary bin up to this size is searched in shared memory
 
-__global__ __launch_bounds__(kNucleusThreads) void sample_nucleus_kernel(const float* __restrict__ v, int V, float top_p,
-                                                                         float min_p, uint64_t seed, uint64_t step,
-                                                                         int32_t* __restrict__ out) {
+__global__ __launch_bounds__(kNucleusThreads) void sample_nucleus_kernel(const float* __restrict__ v, int V,
+                                                                         float top_p, float min_p, uint64_t seed,
+                                                                         uint64_t step, int32_t* __restrict__ out) {
   __shared__ NucleusShared s;
   __shared__ NucleusMember members[kNucleusMembers];
   __shared__ float top;
