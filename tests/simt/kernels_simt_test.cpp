@@ -841,12 +841,12 @@ TEST(SimtKernels, SampleFilteredIsTheExactHostDraw) {
 }
 
 // Draw frequencies of the emulated kernels against Sampler::distribution, V = 40, 500 draws (steps)
-// per case: top-k / top-p / min-p with penalties (softmax over the top-k set), and top_k off with
-// penalties (all 40 ids are candidates, softmax over all V). Bound: a probability's standard error is
-// sd = sqrt(p (1 - p) / draws) (<= 0.0224 at 500 draws); every id's frequency must be within
-// 5 sd + 1e-3 of the Sampler's probability (a false failure has probability ~1e-6 per id), and ids
-// the Sampler filters out are never drawn. Every draw is also the exact host draw: this checks the
-// law that exact draw follows.
+// per case: top-k / top-p / min-p with penalties (sample_filtered_kernel: softmax over the top-k set),
+// and top_k off with penalties (sample_nucleus_kernel with no cut: every id weighs in). Bound: a
+// probability's standard error is sd = sqrt(p (1 - p) / draws) (<= 0.0224 at 500 draws); every id's
+// frequency must be within 5 sd + 1e-3 of the Sampler's probability (a false failure has probability
+// ~1e-6 per id), and ids the Sampler filters out are never drawn. Every draw is also the exact host
+// draw: this checks the law that exact draw follows.
 TEST(SimtKernels, SampleFilteredDrawsFollowTheSamplerDistribution) {
   const int V = 40, draws = 500;
   const auto logits = random_floats(size_t(V), 5, -2, 2);
