@@ -41,6 +41,9 @@
 #include "megaqwen/util/bf16.h"
 #include "simt/host_draw.h"
 #include "test_paths.h"
+#if defined(SIMT_RACE_CHECK)
+#include "simt/race_check.h"
+#endif
 
 namespace megaqwen {
 namespace {
@@ -517,6 +520,43 @@ TEST(SimtMegakernel, NucleusSamplingWithPenaltiesIsTheExactHostDraw) {
     EXPECT_EQ(rw.tokens[t], h.id) << "step " << t;
   }
 }
+
+#if defined(SIMT_RACE_CHECK)
+// Built into test_simt_races, where every launch above also ran under the race checker
+// (simt/race_check.h) and found nothing. Here the checker is shown to see this kernel: each ordering
+// the protocol relies on, taken out (sync.cuh's fault injection), is reported, although the
+// emulator's sequentially consistent memory still computes the right tokens without it.
+TEST(SimtMegakernelRaces, EachOrderingTheProtocolReliesOnIsChecked) {
+  struct Case {
+    uint32_t fault;
+    const char* what;
+  };
+  const size_t accesses_before = simt::race::totals().checked_accesses;
+  const RunSpec clean{.ctas = 4, .pos0 = 40, .max_tokens = 2,
+                      .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 3)};
+  const RunResult ref = run_megakernel(clean);
+  ASSERT_EQ(ref.tokens.size(), 2u);
+  EXPECT_GT(simt::race::totals().checked_accesses - accesses_before, size_t(10000))
+      << "the kernel's global-memory accesses reach the checker";
+  for (const Case& c : {Case{mk::kFaultRelaxedRelease, "relaxed adds, tickets and Step store"},
+                        Case{mk::kFaultNoAcquireFence, "relaxed polls without their acquire fence"},
+                        Case{mk::kFaultNoBarrierBeforeSignal, "signals before the CTA's writes are done"}}) {
+    SCOPED_TRACE(c.what);
+    simt::race::set_throw_on_race(false);
+    mk::g_sync_faults = c.fault;
+    const RunResult r = run_megakernel(clean);
+    mk::g_sync_faults = 0;
+    simt::race::set_throw_on_race(true);
+    const std::string& report = simt::race::last_report();
+    EXPECT_NE(report.find("simt race check"), std::string::npos) << "not reported";
+    if (c.fault != mk::kFaultNoBarrierBeforeSignal) {
+      // Only the orderings are gone, so the emulator's values are the same.
+      EXPECT_EQ(r.tokens, ref.tokens);
+    }
+    std::printf("%s:\n%s\n", c.what, report.substr(0, 1200).c_str());
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace megaqwen

@@ -97,6 +97,7 @@ simt_fiber_trampoline:
 namespace simt::detail {
 
 thread_local constinit const ThreadRegs* g_regs = nullptr;
+Observer* g_observer = nullptr;
 
 namespace {
 
@@ -487,6 +488,7 @@ void reset_slot(Runtime& r, BlockSlot& b, uint3 idx) {
   for (int i = 0; i < r.n; ++i) {
     Fiber& f = r.fibers[size_t(b.first + i)];
     f.regs.block_idx = idx;
+    f.regs.block = int(idx.x + r.grid.x * (idx.y + r.grid.y * idx.z));
     f.state = State::Ready;
     f.polling = false;
     f.what = "start";
@@ -562,6 +564,10 @@ void fault(const std::string& message) {
 
 int block_threads() { return rt().n; }
 
+__attribute__((noinline)) void read_only_access(const void* p, size_t bytes, const char* how) {
+  if (g_observer && g_regs) g_observer->read_only(p, bytes, how, __builtin_return_address(0));
+}
+
 void* dynamic_shared() {
   Runtime& r = rt();
   return my_block(r).dyn_shared;
@@ -590,6 +596,7 @@ int block_barrier(const char* what, int pred, const Site& loc) {
   if (++b.bar_arrived == r.n) {
     b.bar_arrived = 0;
     ++b.bar_gen;
+    if (g_observer) g_observer->barrier_completed(me->regs.block);
     r.wake(b, 0, r.n);
   }
   switch_away(me, false);
@@ -635,6 +642,11 @@ const uint64_t* warp_collective(const char* what, unsigned mask, uint64_t bits, 
 namespace simt {
 
 using detail::Fault;
+
+void set_observer(Observer* observer) {
+  if (detail::g_rt) throw Error("simt: set_observer inside a kernel");
+  detail::g_observer = observer;
+}
 
 void poll(const char* what, const Site& loc) {
   detail::Runtime& r = detail::rt();
@@ -705,6 +717,7 @@ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
   if (d < b.dyn_shared || d + bytes > b.dyn_shared + b.dyn_bytes)
     detail::fault("cp.async.bulk destination outside the block's dynamic shared memory");
   detail::find_mbarrier(r, bar, "cp.async.bulk");
+  if (detail::g_observer) detail::g_observer->read_only(src, bytes, "cp.async.bulk", __builtin_return_address(0));
   const detail::PendingCopy c{dst, src, bytes, bar};
   if (r.opt.copies == CopyTiming::AtIssue) detail::perform_copy(r, c);
   else b.copies.push_back(c);
@@ -756,6 +769,8 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
       f.slot = s;
       f.stack_lo = r.stacks[size_t(b.first + i)];
       f.stack_size = r.stack_bytes;
+      f.regs.stack_lo = f.stack_lo;
+      f.regs.stack_hi = f.stack_lo + f.stack_size;
     }
   }
   r.queue.assign(r.fibers.size(), nullptr);
@@ -774,6 +789,11 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
     b.shared = static_cast<char*>(mem.get()) + size_t(s) * per_block;
     b.dyn_shared = b.shared + dyn_off;
     b.dyn_bytes = o.dynamic_shared_bytes;
+    for (int i = 0; i < r.n; ++i) {
+      Fiber& f = r.fibers[size_t(b.first + i)];
+      f.regs.shared_lo = b.shared;
+      f.regs.shared_hi = b.shared + per_block;
+    }
   }
 
   r.slowness.clear();
@@ -796,6 +816,7 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
   };
 
   g_rt = &r;
+  if (g_observer) g_observer->launch_begin(blocks, r.n);
   try {
     std::memset(mem.get(), 0xA5, total);
     if (o.coresident) {
@@ -812,9 +833,14 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
   } catch (...) {
     g_rt = nullptr;
     g_regs = nullptr;
+    if (g_observer) g_observer->launch_end();
     throw;
   }
   g_rt = nullptr;
+  if (g_observer) {
+    const std::string found = g_observer->launch_end();
+    if (!found.empty()) throw Error(found);
+  }
 }
 
 }  // namespace simt::detail

@@ -149,6 +149,33 @@ struct Options {
   size_t stack_bytes = 256 * 1024;   // per thread (virtual; pages are committed when touched)
 };
 
+// Memory orders of the atomic operations device code performs (PTX .relaxed / .acquire / .release /
+// .acq_rel, and the fences).
+enum class MemoryOrder : uint8_t { Relaxed, Acquire, Release, AcqRel, SeqCst };
+enum class AtomicKind : uint8_t { Load, Store, ReadModifyWrite };
+
+// Watches what the emulator alone cannot judge: the memory model. The emulator runs every access
+// sequentially consistent, so code that forgets a fence or an acquire still computes the right
+// values here; an Observer is told of every launch, every completed block barrier, every atomic
+// (with its order) and every fence, and can check that each access to memory another block touched
+// is ordered after it (tests/simt/race_check.h). The running thread is detail::g_regs.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void launch_begin(uint64_t blocks, int threads_per_block) = 0;
+  // What the observer found wrong in the launch ("" if nothing); simt::launch throws it as an Error.
+  virtual std::string launch_end() = 0;
+  virtual void barrier_completed(int block) = 0;  // every thread of `block` passed a __syncthreads
+  // pc: where in the device code (a return address), for reports.
+  virtual void atomic(const void* p, size_t bytes, AtomicKind kind, MemoryOrder order, const void* pc) = 0;
+  virtual void fence(MemoryOrder order) = 0;
+  // A read through a path that assumes the memory does not change during the launch: `how` is
+  // "__ldg" (ld.global.nc, the non-coherent read-only cache) or "cp.async.bulk" (the async proxy).
+  virtual void read_only(const void* p, size_t bytes, const char* how, const void* pc) = 0;
+};
+// At most one; nullptr (the default) observes nothing.
+void set_observer(Observer* observer);
+
 namespace detail {
 
 struct ThreadRegs {
@@ -157,8 +184,32 @@ struct ThreadRegs {
   dim3 block_dim;
   dim3 grid_dim;
   int linear = 0, lane = 0, warp = 0;
+  int block = 0;  // the block's linear index in the grid
+  // This thread's fiber stack and its block's shared memory: what an Observer leaves out (private to
+  // the thread or the block).
+  const char* stack_lo = nullptr;
+  const char* stack_hi = nullptr;
+  const char* shared_lo = nullptr;
+  const char* shared_hi = nullptr;
 };
 extern thread_local constinit const ThreadRegs* g_regs;  // the running fiber's, null outside a kernel
+extern Observer* g_observer;
+
+// Atomics and the sync primitives below are not instrumented by a race-checking build
+// (-fsanitize=thread, tests/simt/race_check.h): they tell the Observer what they are instead.
+#if defined(__clang__) || defined(__GNUC__)
+#define SIMT_UNINSTRUMENTED __attribute__((no_sanitize("thread")))
+#else
+#define SIMT_UNINSTRUMENTED
+#endif
+// Tells the Observer of a read-only-path read (its return address is the device code's call site).
+void read_only_access(const void* p, size_t bytes, const char* how);
+
+// Inlined into the atomic it describes, so the return address is the device code's call site.
+SIMT_UNINSTRUMENTED __attribute__((always_inline)) inline void note_atomic(const void* p, size_t bytes, AtomicKind kind,
+                                                                           MemoryOrder order) {
+  if (g_observer && g_regs) g_observer->atomic(p, bytes, kind, order, __builtin_return_address(0));
+}
 
 [[noreturn]] void outside_kernel(const char* what);
 [[noreturn]] void fault(const std::string& message);  // device-side error: aborts the launch
@@ -234,6 +285,27 @@ T* dynamic_shared() {
   return static_cast<T*>(detail::dynamic_shared());
 }
 inline int lane_id() { return detail::regs("lane_id").lane; }
+
+// PTX's ordered atomics (ld.acquire, st.release, red.release, atom.acq_rel, fence.*) for device
+// code that spells its memory orders out (the megakernel's sync.cuh under MEGAQWEN_SIMT). Here they
+// are plain accesses (memory is sequentially consistent); the order goes to the Observer.
+SIMT_UNINSTRUMENTED inline uint32_t atomic_load(const uint32_t* p, MemoryOrder order) {
+  detail::note_atomic(p, 4, AtomicKind::Load, order);
+  return *p;
+}
+SIMT_UNINSTRUMENTED inline void atomic_store(uint32_t* p, uint32_t v, MemoryOrder order) {
+  detail::note_atomic(p, 4, AtomicKind::Store, order);
+  *p = v;
+}
+SIMT_UNINSTRUMENTED inline uint32_t atomic_fetch_add(uint32_t* p, uint32_t v, MemoryOrder order) {
+  detail::note_atomic(p, 4, AtomicKind::ReadModifyWrite, order);
+  const uint32_t old = *p;
+  *p = old + v;
+  return old;
+}
+SIMT_UNINSTRUMENTED inline void fence(MemoryOrder order) {
+  if (detail::g_observer && detail::g_regs) detail::g_observer->fence(order);
+}
 inline bool in_kernel() { return detail::g_regs != nullptr; }
 
 }  // namespace simt
@@ -257,10 +329,11 @@ inline int __syncthreads_and(int pred, const ::simt::Site loc = ::simt::Site::cu
 inline int __syncthreads_or(int pred, const ::simt::Site loc = ::simt::Site::current()) {
   return ::simt::detail::block_barrier("__syncthreads_or", pred != 0, loc) != 0;
 }
-// Fibers are cooperative: memory is coherent and ordered between synchronization points.
-inline void __threadfence() {}
+// Fibers are cooperative: memory is coherent and ordered between synchronization points. The GPU-
+// and system-scope fences still reach the Observer; a block-scope fence orders nothing between blocks.
+inline void __threadfence() { ::simt::fence(::simt::MemoryOrder::SeqCst); }
 inline void __threadfence_block() {}
-inline void __threadfence_system() {}
+inline void __threadfence_system() { ::simt::fence(::simt::MemoryOrder::SeqCst); }
 [[noreturn]] inline void __trap() { ::simt::detail::fault("__trap() called"); }
 inline void __nanosleep(unsigned) {}
 
@@ -319,33 +392,48 @@ inline int __all_sync(unsigned mask, int pred, const ::simt::Site loc = ::simt::
   return 1;
 }
 
-// ---- atomics: plain read-modify-write (one fiber runs at a time) ----
-#define SIMT_ATOMIC_ARITH(T)                                 \
-  inline T atomicAdd(T* a, T v) { T o = *a; *a = o + v; return o; } \
-  inline T atomicSub(T* a, T v) { T o = *a; *a = o - v; return o; } \
-  inline T atomicExch(T* a, T v) { T o = *a; *a = v; return o; }
+// ---- atomics: plain read-modify-write (one fiber runs at a time), relaxed for the Observer ----
+#define SIMT_RMW(T, a) ::simt::detail::note_atomic(a, sizeof(T), ::simt::AtomicKind::ReadModifyWrite, ::simt::MemoryOrder::Relaxed)
+#define SIMT_ATOMIC_ARITH(T)                                                                       \
+  SIMT_UNINSTRUMENTED inline T atomicAdd(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o + v; return o; } \
+  SIMT_UNINSTRUMENTED inline T atomicSub(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o - v; return o; } \
+  SIMT_UNINSTRUMENTED inline T atomicExch(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = v; return o; }
 SIMT_ATOMIC_ARITH(int)
 SIMT_ATOMIC_ARITH(unsigned)
 SIMT_ATOMIC_ARITH(unsigned long long)
 SIMT_ATOMIC_ARITH(float)
 SIMT_ATOMIC_ARITH(double)
 #undef SIMT_ATOMIC_ARITH
-#define SIMT_ATOMIC_INT(T)                                                              \
-  inline T atomicMax(T* a, T v) { T o = *a; *a = o > v ? o : v; return o; }              \
-  inline T atomicMin(T* a, T v) { T o = *a; *a = o < v ? o : v; return o; }              \
-  inline T atomicAnd(T* a, T v) { T o = *a; *a = o & v; return o; }                      \
-  inline T atomicOr(T* a, T v) { T o = *a; *a = o | v; return o; }                       \
-  inline T atomicXor(T* a, T v) { T o = *a; *a = o ^ v; return o; }                      \
-  inline T atomicCAS(T* a, T cmp, T v) { T o = *a; if (o == cmp) *a = v; return o; }
+#define SIMT_ATOMIC_INT(T)                                                                                 \
+  SIMT_UNINSTRUMENTED inline T atomicMax(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o > v ? o : v; return o; } \
+  SIMT_UNINSTRUMENTED inline T atomicMin(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o < v ? o : v; return o; } \
+  SIMT_UNINSTRUMENTED inline T atomicAnd(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o & v; return o; }         \
+  SIMT_UNINSTRUMENTED inline T atomicOr(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o | v; return o; }          \
+  SIMT_UNINSTRUMENTED inline T atomicXor(T* a, T v) { SIMT_RMW(T, a); T o = *a; *a = o ^ v; return o; }         \
+  SIMT_UNINSTRUMENTED inline T atomicCAS(T* a, T cmp, T v) { SIMT_RMW(T, a); T o = *a; if (o == cmp) *a = v; return o; }
 SIMT_ATOMIC_INT(int)
 SIMT_ATOMIC_INT(unsigned)
 SIMT_ATOMIC_INT(unsigned long long)
 #undef SIMT_ATOMIC_INT
-inline unsigned atomicInc(unsigned* a, unsigned v) { unsigned o = *a; *a = o >= v ? 0u : o + 1u; return o; }
-inline unsigned atomicDec(unsigned* a, unsigned v) { unsigned o = *a; *a = (o == 0u || o > v) ? v : o - 1u; return o; }
+SIMT_UNINSTRUMENTED inline unsigned atomicInc(unsigned* a, unsigned v) {
+  SIMT_RMW(unsigned, a);
+  unsigned o = *a;
+  *a = o >= v ? 0u : o + 1u;
+  return o;
+}
+SIMT_UNINSTRUMENTED inline unsigned atomicDec(unsigned* a, unsigned v) {
+  SIMT_RMW(unsigned, a);
+  unsigned o = *a;
+  *a = (o == 0u || o > v) ? v : o - 1u;
+  return o;
+}
+#undef SIMT_RMW
 
 // ---- cache-hinted loads and stores: plain ones ----
-template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldg(const T* p) {
+  if (::simt::detail::g_observer) ::simt::detail::read_only_access(p, sizeof(T), "__ldg");
+  return *p;
+}
 template <class T> T __ldcg(const T* p) { return *p; }
 template <class T> T __ldca(const T* p) { return *p; }
 template <class T> T __ldcs(const T* p) { return *p; }

@@ -24,21 +24,41 @@
 namespace megaqwen::cuda::mk {
 
 #if defined(MEGAQWEN_SIMT)
-// The host SIMT emulator (tests/simt) runs this code in CPU CI: its threads interleave only at
-// synchronization points, so memory is sequentially consistent there and the orderings below are
-// plain accesses; a poll lets the other CTAs run (simt::poll).
+// The host SIMT emulator (tests/simt) runs this code in CPU CI. Its threads interleave only at
+// synchronization points, so memory is sequentially consistent there; each primitive states the
+// memory order of its PTX twin below, which the emulator's race checker (tests/simt/race_check.h)
+// holds every access of the kernel to. A poll lets the other CTAs run (simt::poll).
+// g_sync_faults: fault injection for that checker's test, each bit removing one ordering the
+// protocol relies on (0 outside that test).
+inline uint32_t g_sync_faults = 0;
+enum : uint32_t {
+  kFaultRelaxedRelease = 1,         // release adds, tickets and the Step store become relaxed
+  kFaultNoAcquireFence = 2,         // the wait's fence after its relaxed polls is left out
+  kFaultNoBarrierBeforeSignal = 4,  // signal_add releases without first waiting for the CTA's writes
+};
+__device__ __forceinline__ simt::MemoryOrder release_order(simt::MemoryOrder o) {
+  return (g_sync_faults & kFaultRelaxedRelease) ? simt::MemoryOrder::Relaxed : o;
+}
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   simt::poll("ld.acquire");
-  return *p;
+  return simt::atomic_load(p, simt::MemoryOrder::Acquire);
 }
 __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
   simt::poll("ld.relaxed");
-  return *p;
+  return simt::atomic_load(p, simt::MemoryOrder::Relaxed);
 }
-__device__ __forceinline__ void fence_acq_rel_gpu() {}
-__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) { *p += v; }
-__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) { *p = v; }
-__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  if (!(g_sync_faults & kFaultNoAcquireFence)) simt::fence(simt::MemoryOrder::AcqRel);
+}
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  simt::atomic_fetch_add(p, v, release_order(simt::MemoryOrder::Release));
+}
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
+  simt::atomic_store(p, v, release_order(simt::MemoryOrder::Release));
+}
+__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
+  return simt::atomic_fetch_add(p, v, release_order(simt::MemoryOrder::AcqRel));
+}
 #else
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;
@@ -94,7 +114,10 @@ __device__ __forceinline__ void release_add(uint32_t* counter, uint32_t amount, 
 
 // Block-wide: the caller has finished writing (all threads); adds `amount` with release semantics.
 __device__ __forceinline__ void signal_add(uint32_t* counter, uint32_t amount, uint32_t ablate = 0) {
-  __syncthreads();
+#if defined(MEGAQWEN_SIMT)
+  if (!(g_sync_faults & kFaultNoBarrierBeforeSignal))
+#endif
+    __syncthreads();
   if (threadIdx.x == 0) release_add(counter, amount, ablate);
 }
 
