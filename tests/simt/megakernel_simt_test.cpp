@@ -17,8 +17,10 @@
 // variants (bit-identical results), eos, the budget, the host's stop request, and the sampling
 // modes: Gumbel-max and the filtered draw (top-k / top-p / min-p) with penalties, each token compared
 // with the exact host draw from the kernel's own logits (simt/host_draw.h).
-// What the emulator cannot show: memory-ordering bugs (its threads interleave only at synchronization
-// points, so every access is sequentially consistent) and timing; those need the GPU tests.
+// What the emulator alone cannot show: memory-ordering bugs (its threads interleave only at
+// synchronization points, so every access is sequentially consistent); this file is built a second
+// time into test_simt_races, where the race checker (simt/race_check.h) judges every access of every
+// run against the PTX orderings. Timing needs the GPU tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -54,7 +54,7 @@ struct Cell {
   uint32_t reads = 0;  // 1 + index into Checker::reads_, 0: none
   Stamp read_only;     // the latest __ldg of these bytes in the launch (block -1: none)
 };
-constexpr uintptr_t kGranule = 2, kPageBytes = 4096, kCellsPerPage = kPageBytes / kGranule;
+constexpr uintptr_t kGranule = 4, kPageBytes = 4096, kCellsPerPage = kPageBytes / kGranule;
 
 // A thread's own view beyond its block's: what it acquired since the block's last barrier, what its
 // relaxed loads read (an acquire fence takes it), and what its last release fence published (its
@@ -134,9 +134,10 @@ class Checker final : public Observer {
  public:
   Checker() { set_observer(this); }
 
-  void launch_begin(uint64_t blocks, int threads_per_block) override {
+  void launch_begin(uint64_t blocks, int threads_per_block, bool coresident) override {
     reset();
-    active_ = true;
+    active_ = coresident;
+    if (!active_) return;
     threads_per_block_ = threads_per_block;
     blocks_.clear();
     blocks_.resize(size_t(blocks));
@@ -284,14 +285,16 @@ class Checker final : public Observer {
   }
 
   Cell& cell(uintptr_t granule) {
+    // A small direct-mapped cache in front of the page table: device code alternates between a few
+    // buffers (its inputs, outputs, the kernel's parameters).
     const uintptr_t page = granule / kCellsPerPage;
-    if (page != last_page_ || !last_cells_) {
-      auto& slot = pages_[page];
-      if (!slot) slot = std::make_unique<Cell[]>(kCellsPerPage);
-      last_page_ = page;
-      last_cells_ = slot.get();
+    PageSlot& slot = page_cache_[page % kPageCacheSlots];
+    if (slot.page != page || !slot.cells) {
+      auto& cells = pages_[page];
+      if (!cells) cells = std::make_unique<Cell[]>(kCellsPerPage);
+      slot = PageSlot{page, cells.get()};
     }
-    return last_cells_[granule % kCellsPerPage];
+    return slot.cells[granule % kCellsPerPage];
   }
 
   void access(const detail::ThreadRegs& r, const void* p, size_t bytes, bool write, bool atomic, const void* pc) {
@@ -314,7 +317,7 @@ class Checker final : public Observer {
       if (write) {
         if (c.reads) {
           for (const Stamp& s : reads_[c.reads - 1])
-            if (!ordered(s)) found(s, false, now, true, g * kGranule);
+            if (s.block >= 0 && !ordered(s)) found(s, false, now, true, g * kGranule);
           reads_[c.reads - 1].clear();
           free_reads_.push_back(c.reads - 1);
           c.reads = 0;
@@ -327,6 +330,9 @@ class Checker final : public Observer {
     }
   }
 
+  // A cell's reads since its last write: a short list of (block, stamp), or, once more than
+  // kSparseReads blocks have read it (the kernel's parameters, the activations every CTA reads), one
+  // slot per block, so a read costs the same on 132 CTAs as on 4.
   void add_read(Cell& c, const Stamp& now) {
     if (!c.reads) {
       if (free_reads_.empty()) {
@@ -337,17 +343,32 @@ class Checker final : public Observer {
         free_reads_.pop_back();
       }
     }
-    // One stamp per block: knowing a block's later read implies knowing its earlier ones.
-    for (Stamp& s : reads_[c.reads - 1])
+    std::vector<Stamp>& list = reads_[c.reads - 1];
+    auto merge = [&](Stamp& s) {
+      // Knowing a block's later read implies knowing its earlier ones: one stamp per block.
+      const bool several = s.block == now.block && s.gen == now.gen && s.thread != now.thread;
+      const bool atomic = s.block < 0 ? now.atomic : s.atomic && now.atomic;  // a plain read keeps it plain
+      s = now;
+      s.atomic = atomic;
+      if (several) s.thread = kSeveralThreads;
+    };
+    if (list.size() == blocks_.size() && list.size() > kSparseReads) {  // dense: slot = block
+      merge(list[size_t(now.block)]);
+      return;
+    }
+    for (Stamp& s : list)
       if (s.block == now.block) {
-        const bool several = s.gen == now.gen && s.thread != now.thread;
-        const bool atomic = s.atomic && now.atomic;  // a plain read among them keeps the stamp plain
-        s = now;
-        s.atomic = atomic;
-        if (several) s.thread = kSeveralThreads;
+        merge(s);
         return;
       }
-    reads_[c.reads - 1].push_back(now);
+    if (list.size() < kSparseReads || blocks_.size() <= kSparseReads) {
+      list.push_back(now);
+      return;
+    }
+    std::vector<Stamp> dense(blocks_.size());
+    for (const Stamp& s : list) dense[size_t(s.block)] = s;
+    merge(dense[size_t(now.block)]);
+    list.swap(dense);
   }
 
   void found(const Stamp& first, bool first_write, const Stamp& second, bool second_write, uintptr_t addr,
@@ -366,7 +387,7 @@ class Checker final : public Observer {
 
   void reset() {
     pages_.clear();
-    last_cells_ = nullptr;
+    for (PageSlot& slot : page_cache_) slot = PageSlot{};
     reads_.clear();
     free_reads_.clear();
     sync_.clear();
@@ -376,13 +397,18 @@ class Checker final : public Observer {
   }
 
   static constexpr size_t kMaxSites = 16;
+  static constexpr size_t kSparseReads = 8;
   bool active_ = false;
   bool throw_on_race_ = true;
   int threads_per_block_ = 0;
   std::vector<Block> blocks_;
   std::unordered_map<uintptr_t, std::unique_ptr<Cell[]>> pages_;
-  uintptr_t last_page_ = 0;
-  Cell* last_cells_ = nullptr;
+  struct PageSlot {
+    uintptr_t page = 0;
+    Cell* cells = nullptr;
+  };
+  static constexpr size_t kPageCacheSlots = 64;
+  PageSlot page_cache_[kPageCacheSlots];
   std::vector<std::vector<Stamp>> reads_;
   std::vector<uint32_t> free_reads_;
   std::unordered_map<uintptr_t, Clock> sync_;  // per atomic location: the releases its value carries

@@ -22,7 +22,12 @@
 // fence, a wait whose block reads before the barrier that shares the acquire, or a buffer rewritten
 // while another block may still read it, is reported on every run, whatever order the emulator ran
 // the threads in. Accesses within a block are not judged (barriers order them; racecheck covers the
-// rest on the GPU). Granule: 2 bytes (bf16 stores of neighbouring CTAs do not collide).
+// rest on the GPU). Granule: 4 bytes, so two blocks writing the two halves of one word would be
+// reported (the megakernel's slices are whole rows; a finer granule costs twice the time).
+//
+// Which launches: co-resident ones (simt::Options::coresident), the persistent kernels whose CTAs
+// wait on each other. A grid of independent blocks (the per-operator kernels, run one block after
+// another) is left alone: its blocks do not talk, and its __ldg-heavy code is not instrumented.
 //
 // Use: link race_check.cpp (and simt.cpp) into a binary whose device code is compiled with
 // -fsanitize=thread; the checker is installed when the binary starts, and a launch with a race throws

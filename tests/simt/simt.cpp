@@ -816,7 +816,7 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, size_t shared_align, Bod
   };
 
   g_rt = &r;
-  if (g_observer) g_observer->launch_begin(blocks, r.n);
+  if (g_observer) g_observer->launch_begin(blocks, r.n, o.coresident);
   try {
     std::memset(mem.get(), 0xA5, total);
     if (o.coresident) {

@@ -14,7 +14,8 @@
 //                                         warp collectives: the 32 lanes of the warp all arrive,
 //                                         then exchange; the mask must be full (asserted)
 // Between two synchronization points a thread runs alone, so atomics are plain read-modify-writes,
-// fences are no-ops, and the order in which threads resume is a choice the emulator makes: Options
+// fences order nothing (an Observer hears of both: race_check.h checks the memory model with them),
+// and the order in which threads resume is a choice the emulator makes: Options
 // can resume them in thread order, reverse order, or a seeded random order, which exposes code that
 // relies on an order CUDA does not guarantee (e.g. lanes of a warp reading a value another lane of
 // the same warp writes without a __syncwarp in between: real hardware usually runs those in lockstep,
@@ -162,7 +163,7 @@ enum class AtomicKind : uint8_t { Load, Store, ReadModifyWrite };
 class Observer {
  public:
   virtual ~Observer() = default;
-  virtual void launch_begin(uint64_t blocks, int threads_per_block) = 0;
+  virtual void launch_begin(uint64_t blocks, int threads_per_block, bool coresident) = 0;
   // What the observer found wrong in the launch ("" if nothing); simt::launch throws it as an Error.
   virtual std::string launch_end() = 0;
   virtual void barrier_completed(int block) = 0;  // every thread of `block` passed a __syncthreads
