@@ -10,7 +10,8 @@
 #   model     megaqwen synth --preset qwen3-0.6b (the benchmark and full-size test model)
 #   tests     build-gpu/bin/test_cuda (the ctest label gpu), run directly; gtest XML kept
 #   bench     megaqwen bench --device cuda, depths 1,512,2048,8192,32768, prompts 512,4096
-#   verify    tools/verify_hf.py: logits against transformers in fp32 and bf16, with a verdict
+#   verify    megaqwen verify (the CPU reference vs both decode kernels: logits, greedy tokens), then
+#             tools/verify_hf.py: logits against transformers in fp32 and bf16, with a verdict
 #   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests
 #   mk        the decode megakernel: its tests (tiny + full 0.6B), SASS counts (bulk copies, 128-bit
@@ -114,7 +115,11 @@ bench_stage() {
     --repeats 5 --json "$out/bench.json"
 }
 verify_stage() {
-  python3 tools/verify_hf.py --binary "$mq" --model "$model" --positions 256 --json "$out/verify.json"
+  local k rc=0
+  for k in megakernel per-op; do
+    timeout 60 $mq verify --model "$model" --device cuda --decode-kernel $k || { echo "MEGAQWEN VERIFY $k FAILED"; rc=1; }
+  done
+  python3 tools/verify_hf.py --binary "$mq" --model "$model" --positions 256 --json "$out/verify.json" && return $rc
 }
 peers_stage() {
   python3 tools/bench_peers.py --model "$model" --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
@@ -201,7 +206,7 @@ stage model 180 model_stage
 stage tests 240 tests_stage
 stage mk 420 mk_stage
 stage bench 150 bench_stage
-stage verify 150 verify_stage
+stage verify 210 verify_stage
 stage peers 300 peers_stage
 stage memcheck 200 memcheck_stage
 stage mk-sizes 560 mk_sizes_stage

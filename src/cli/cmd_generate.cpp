@@ -23,26 +23,11 @@ struct GenerateArgs {
   bool print_ids = false, ignore_eos = false;
 };
 
-std::optional<Tokenizer> try_load_tokenizer(const std::filesystem::path& dir, bool required) {
-  namespace fs = std::filesystem;
-  const bool present = fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json");
-  if (!present) {
-    if (required) fail("{} has no tokenizer (tokenizer.json, or vocab.json + merges.txt); give --ids instead", dir.string());
-    return std::nullopt;
-  }
-  try {
-    return Tokenizer::load(dir);
-  } catch (const Error&) {
-    if (required) throw;
-    return std::nullopt;
-  }
-}
-
 void run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.ids.empty()) fail("give exactly one of --prompt TEXT or --ids \"1 2 3\"");
   auto model = load_model(a.model.model);
   // Text needs the tokenizer; ids work without one (then ids are printed).
-  std::optional<Tokenizer> tokenizer = try_load_tokenizer(model->dir, !a.prompt.empty() || !a.stops.empty());
+  std::optional<Tokenizer> tokenizer = load_model_tokenizer(model->dir, !a.prompt.empty() || !a.stops.empty());
 
   GenerationRequest req;
   req.prompt = a.prompt.empty() ? parse_token_ids(a.ids) : tokenizer->encode(a.prompt);

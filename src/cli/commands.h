@@ -15,5 +15,6 @@ void add_chat_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
 
 }  // namespace megaqwen::cli

@@ -51,6 +51,21 @@ SamplingParams SamplingArgs::resolve(const SamplingParams& defaults) const {
   return p;
 }
 
+std::optional<Tokenizer> load_model_tokenizer(const std::filesystem::path& dir, bool required) {
+  namespace fs = std::filesystem;
+  const bool present = fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json");
+  if (!present) {
+    if (required) fail("{} has no tokenizer (tokenizer.json, or vocab.json + merges.txt); give --ids instead", dir.string());
+    return std::nullopt;
+  }
+  try {
+    return Tokenizer::load(dir);
+  } catch (const Error&) {
+    if (required) throw;
+    return std::nullopt;
+  }
+}
+
 std::vector<int32_t> parse_token_ids(const std::string& text) {
   std::vector<int32_t> ids;
   size_t i = 0;

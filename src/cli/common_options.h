@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "megaqwen/engine/create_engine.h"
 #include "megaqwen/sampling/sampler.h"
+#include "megaqwen/tokenizer/tokenizer.h"
 
 namespace megaqwen::cli {
 
@@ -27,6 +29,10 @@ struct SamplingArgs {
   void add_to(CLI::App* cmd);
   SamplingParams resolve(const SamplingParams& defaults) const;
 };
+
+// The tokenizer of a model folder. Absent files: an Error saying to give --ids when `required`,
+// otherwise nullopt (as is a tokenizer that fails to load when not required).
+std::optional<Tokenizer> load_model_tokenizer(const std::filesystem::path& dir, bool required);
 
 // "1 2 3" or "1,2,3" -> ids; Error on anything that is not an integer.
 std::vector<int32_t> parse_token_ids(const std::string& text);

@@ -324,6 +324,46 @@ TEST_F(CliBadInput, MissingOrMisshapenTensor) {
                         {"tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], expected [256, 64]"});
 }
 
+// verify on the tiny model with --device cpu (the candidate is then the CPU engine's decode path and
+// generation loop against its batched prefill): the table, PASS, exit 0 and the JSON report; bad
+// requests end with one error line.
+TEST_F(CliBadInput, VerifyReportsAndWritesJson) {
+  const fs::path json = work_dir() / "verify.json";
+  const RunResult r = run({"verify", "-m", model().string(), "-d", "cpu", "-t", "2", "--positions", "40", "--decode", "8",
+                           "-n", "8", "--json", json.string()});
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("| prefill | 32 | 32 | 0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| decode | 8 | 8 | 0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| generation | 8 | 8 | 0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+  const ordered_json j = ordered_json::parse(read_file(json));
+  EXPECT_EQ(j["passed"], true);
+  EXPECT_EQ(j["tokens"], 40);
+  EXPECT_EQ(j["prefill_tokens"], 32);
+  EXPECT_EQ(j["generated"].size(), 8u);
+  EXPECT_EQ(j["candidate"].get<std::string>().rfind("cpu", 0), 0u) << j["candidate"];
+  ASSERT_EQ(j["phases"].size(), 3u);
+  EXPECT_EQ(j["phases"][1]["phase"], "decode");
+  EXPECT_LT(j["phases"][1]["worst_rel_error"].get<double>(), 1e-4);
+  EXPECT_TRUE(j["failures"].empty());
+  // A prompt shorter than --decode: all but its first token are decoded.
+  const RunResult short_prompt = run({"verify", "-m", model().string(), "-d", "cpu", "-t", "2", "--ids", "5 6 7", "-n", "2"});
+  ASSERT_EQ(short_prompt.status, 0) << short_prompt.err;
+  EXPECT_NE(short_prompt.out.find("3 (1 prefilled, 2 decoded one by one)"), std::string::npos) << short_prompt.out;
+
+  const std::vector<std::string> base = {"verify", "-m", model().string(), "-d", "cpu", "-t", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_one_error_line(with({"--ids", "1 999999999"}), {"token id 999999999 is outside the vocabulary [0, 151936)"});
+  expect_one_error_line(with({"--ids", "1", "--prompt", "hi"}), {"give at most one of --prompt TEXT or --ids"});
+  expect_one_error_line(with({"--prompt", "hello"}), {"has no tokenizer", "give --ids instead"});
+  expect_one_error_line(with({"-n", "50000"}), {"160 tokens + 50000 generated exceed the model's 40960 positions"});
+  expect_one_error_line(with({"--positions", "0"}), {"--positions"});
+}
+
 TEST_F(CliBadInput, BadTokenIds) {
   expect_one_error_line(generate(model(), {"--ids", "1 999999999"}),
                         {"token id 999999999 is out of range (vocabulary size 151936)"});

@@ -179,11 +179,13 @@ TEST_F(CudaEngineTest, DeepNoiseCacheDecodesToFiniteLogits) {
 }
 
 // Greedy generation through Generator (device sampling on the GPU, the host Sampler on the CPU):
-// the same tokens for 72 steps. At a divergence the step is replayed on both engines (prompt
-// prefilled, the common tokens decoded, as Generator ran it): if the CPU's logits of the two ids
-// differ by no more than twice the largest |gpu - cpu| logit difference there, it is a near-tie the
-// bf16 cache explains (the tiny model's logits have std ~2.5 over 151,936 ids, so gaps below 0.01
-// happen at ~2% of steps) and is only printed; otherwise the test fails.
+// the same tokens for 72 steps. At a divergence the steps up to it are replayed on both engines
+// (prompt prefilled, the common tokens decoded, as Generator ran it): if the CPU's logits of the two
+// ids differ by no more than twice the median over those steps of max|gpu - cpu|, it is a near-tie
+// the bf16 cache explains (the tiny model's logits have std ~2.5 over 151,936 ids, so gaps below 0.01
+// happen at ~2% of steps) and is only printed; otherwise the test fails. The median, not the error
+// at the divergence itself: the GPU's own argmax always lies within twice its own step's error of
+// the CPU's, so that bound could not fail (verify.h says the same of `megaqwen verify`).
 TEST_F(CudaEngineTest, GreedyContinuationsIdentical) {
   for (uint64_t seed : {7, 8, 9}) {
     const auto prompt = random_ids(12, seed);
@@ -205,20 +207,27 @@ TEST_F(CudaEngineTest, GreedyContinuationsIdentical) {
       auto lc = cpu_probe.prefill(prompt);
       auto lg = gpu_probe.prefill(prompt);
       std::vector<float> c(lc.begin(), lc.end()), g(lg.begin(), lg.end());
-      for (size_t i = 0; i < at; ++i) {
+      std::vector<double> errors;  // max|gpu - cpu| of every replayed step
+      for (size_t i = 0;; ++i) {
+        double max_abs = 0;
+        for (size_t j = 0; j < c.size(); ++j) max_abs = std::max(max_abs, std::abs(double(g[j]) - double(c[j])));
+        errors.push_back(max_abs);
+        if (i == at) break;
         lc = cpu_probe.decode(a.tokens[i]);
         c.assign(lc.begin(), lc.end());
         lg = gpu_probe.decode(a.tokens[i]);
         g.assign(lg.begin(), lg.end());
       }
-      double max_abs = 0;
-      for (size_t i = 0; i < c.size(); ++i) max_abs = std::max(max_abs, std::abs(double(g[i]) - double(c[i])));
+      const double own_error = errors.back();
+      std::nth_element(errors.begin(), errors.begin() + std::ptrdiff_t(errors.size() / 2), errors.end());
+      const double median_error = errors[errors.size() / 2];
       const double gap = double(c[size_t(a.tokens[at])]) - double(c[size_t(b.tokens[at])]);
       const std::string what = "seed " + std::to_string(seed) + ": tokens differ at step " + std::to_string(at) +
                                " (cpu " + std::to_string(a.tokens[at]) + ", gpu " + std::to_string(b.tokens[at]) +
                                "); the CPU's logit gap between them is " + std::to_string(gap) +
-                               ", max |gpu - cpu| there " + std::to_string(max_abs);
-      if (gap <= 2 * max_abs) {
+                               ", max |gpu - cpu| there " + std::to_string(own_error) + ", median over the " +
+                               std::to_string(errors.size()) + " steps " + std::to_string(median_error);
+      if (gap <= 2 * median_error) {
         std::printf("near-tie, not a failure: %s\n", what.c_str());
       } else {
         ADD_FAILURE() << what;

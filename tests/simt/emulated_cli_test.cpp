@@ -1,8 +1,8 @@
 // `megaqwen generate --device cuda` end to end on the emulated device (megaqwen_emulated: the real CLI
 // linked with the emulated CUDA engine): the megakernel and the per-operator path print the same
 // tokens as the CPU engine for a greedy run, the megakernel's seeded sampled run equals the
-// per-operator path's, --device auto takes the device and says which kernel decodes; bench and chat
-// with --device cuda run through too.
+// per-operator path's, --device auto takes the device and says which kernel decodes; verify passes
+// both decode kernels; bench and chat with --device cuda run through too.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -81,6 +81,29 @@ TEST_F(EmulatedCli, AutoTakesTheDeviceAndSaysWhichKernelDecodes) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("cuda:0 (simt emulated sm_90 device"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: megakernel"), std::string::npos) << r.out;
+}
+
+// `megaqwen verify --device cuda`: both decode kernels pass against the CPU reference (prefill with the
+// cuBLAS calls, per-op decode logits, and greedy tokens drawn by the megakernel or by device argmax),
+// and the report names the kernel that generated.
+TEST_F(EmulatedCli, VerifyPassesBothDecodeKernels) {
+  for (const std::string kernel : {"megakernel", "per-op"}) {
+    const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / ("verify-" + kernel + ".json");
+    const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " verify -m " + model().string() +
+                         " -d cuda -t 2 --positions 12 --decode 4 -n 6 --decode-kernel " + kernel + " --json " +
+                         json.string());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["passed"], true) << j.dump(2);
+    EXPECT_NE(j["candidate"].get<std::string>().find("decode: " + kernel), std::string::npos) << j["candidate"];
+    ASSERT_EQ(j["phases"].size(), 3u);
+    EXPECT_EQ(j["phases"][2]["positions"], 6);
+    // The device keeps a bf16 KV cache: its logits differ from the fp32 CPU's, but within bounds.
+    EXPECT_GT(j["phases"][1]["worst_rel_error"].get<double>(), 0.0);
+    EXPECT_LE(j["phases"][1]["worst_rel_error"].get<double>(), 2e-2);
+  }
 }
 
 // `megaqwen bench --device cuda`: the benchmark's GPU path (device description, NVML's absence with
