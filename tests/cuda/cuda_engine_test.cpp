@@ -277,9 +277,23 @@ TEST_F(CudaEngineTest, DeviceSamplingDeclinesTopKAboveItsCandidates) {
   req.prompt = random_ids(5, 11);
   req.max_tokens = 8;
   req.sampling.temperature = 0.8f;
-  req.sampling.top_k = 5000;
+  req.sampling.top_k = cuda::kSampleCandidates + 1;  // below V (4,099 emulated, 151,936 on the GPU)
+  ASSERT_LT(req.sampling.top_k, V());
   const auto r = gen.run(req);
   EXPECT_EQ(r.tokens.size(), 8u);
+  // Exactly: the tokens of the host Sampler drawing step by step from this engine's logits.
+  cuda::CudaEngine manual(model_, {.context = 64});
+  Sampler sampler(req.sampling);
+  std::vector<int32_t> history = req.prompt, want;
+  auto out = manual.prefill(req.prompt);
+  std::vector<float> logits(out.begin(), out.end());
+  for (int i = 0; i < 8; ++i) {
+    want.push_back(sampler.sample(logits, history));
+    history.push_back(want.back());
+    out = manual.decode(want.back());
+    logits.assign(out.begin(), out.end());
+  }
+  EXPECT_EQ(r.tokens, want);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Thresholds are per kernel (max|gpu - cpu| / max|cpu|), stated with the reason beside each.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -168,9 +169,10 @@ TEST(CudaKernels, QkNormRopeAppend) {
       EXPECT_LE(rel_error(gq, ref_q), kFp32Tolerance) << "D " << D;
       EXPECT_LE(rel_error(got_k, ref_k), kBf16Tolerance) << "D " << D;
       EXPECT_EQ(got_v, ref_v) << "D " << D;
-      size_t written = 0;
-      for (size_t i = 0; i < gk.size(); ++i) written += !std::isnan(gk[i]);
-      EXPECT_EQ(written, size_t(T) * KV) << "cache rows outside the tokens' positions were written";
+      size_t written_k = 0, written_v = 0;
+      for (size_t i = 0; i < gk.size(); ++i) written_k += !std::isnan(gk[i]), written_v += !std::isnan(gv[i]);
+      EXPECT_EQ(written_k, size_t(T) * KV) << "k cache rows outside the tokens' positions were written";
+      EXPECT_EQ(written_v, size_t(T) * KV) << "v cache rows outside the tokens' positions were written";
     }
   }
 }
@@ -262,17 +264,34 @@ TEST(CudaKernels, DecodeAttentionSplitKv) {
   }
 }
 
+// Noise for deep benchmark caches: the same for a seed, another for another seed, and uniform on
+// [-1, 1] (mean 0 and variance 1/3 within 5 standard errors over 99,999 values, every tenth of the
+// range visited), so a kernel writing zeros or a constant cannot pass.
 TEST(CudaKernels, FillNoiseIsDeterministicAndInRange) {
   MQ_REQUIRE_GPU();
-  auto a = poisoned_bf16(100000), b = poisoned_bf16(100000);
-  cuda::fill_noise_bf16(a.data(), 99999, 5, nullptr);
-  cuda::fill_noise_bf16(b.data(), 99999, 5, nullptr);
-  const auto fa = from_bf16(download(a)), fb = from_bf16(download(b));
-  for (size_t i = 0; i < 99999; ++i) {
-    ASSERT_EQ(fa[i], fb[i]);
+  const size_t n = 99999;
+  auto a = poisoned_bf16(n + 1), b = poisoned_bf16(n + 1), c = poisoned_bf16(n + 1);
+  cuda::fill_noise_bf16(a.data(), n, 5, nullptr);
+  cuda::fill_noise_bf16(b.data(), n, 5, nullptr);
+  cuda::fill_noise_bf16(c.data(), n, 6, nullptr);
+  const auto fa = from_bf16(download(a)), fb = from_bf16(download(b)), fc = from_bf16(download(c));
+  double sum = 0, sum_sq = 0;
+  size_t differ = 0;
+  std::vector<int> tenths(20, 0);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(fa[i], fb[i]) << "index " << i;
     ASSERT_TRUE(fa[i] >= -1.0f && fa[i] <= 1.0f) << fa[i];
+    differ += fa[i] != fc[i];
+    sum += fa[i];
+    sum_sq += double(fa[i]) * fa[i];
+    ++tenths[size_t(std::clamp(int((fa[i] + 1.0f) * 10.0f), 0, 19))];
   }
-  EXPECT_TRUE(std::isnan(fa[99999])) << "wrote past n";
+  EXPECT_GT(differ, n * 9 / 10) << "seeds 5 and 6 give nearly the same noise";
+  const double mean = sum / double(n), variance = sum_sq / double(n) - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 5 * std::sqrt(1.0 / 3.0 / double(n)));
+  EXPECT_NEAR(variance, 1.0 / 3.0, 5 * std::sqrt(4.0 / 45.0 / double(n)));  // var of u^2 for u ~ U(-1, 1)
+  for (size_t t = 0; t < tenths.size(); ++t) EXPECT_GT(tenths[t], 0) << "no value in tenth " << t;
+  EXPECT_TRUE(std::isnan(fa[n])) << "wrote past n";
 }
 
 }  // namespace

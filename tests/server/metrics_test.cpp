@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
 #include <sstream>
 
 namespace megaqwen::server {
@@ -49,19 +51,46 @@ TEST(Metrics, TokensAndTimeToFirstTokenHistogram) {
   EXPECT_TRUE(has_line(text, "megaqwen_time_to_first_token_seconds_sum 3.020000"));
 }
 
+// The exposition format: every family has a non-empty "# HELP name text" and a "# TYPE name type"
+// before its samples, and every sample's name is its family's (plus _bucket/_sum/_count for a
+// histogram), not merely a name that starts with it.
 TEST(Metrics, EveryFamilyHasHelpAndType) {
   const std::string text = Metrics().render(0, 0);
   std::istringstream in(text);
-  std::string previous_type;
+  std::map<std::string, std::string> help, type;
+  std::string family;  // the family of the latest TYPE line
+  int samples = 0;
   for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("# TYPE ")) {
-      previous_type = line.substr(7, line.find(' ', 7) - 7);
+    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+      const size_t name_end = line.find(' ', 7);
+      ASSERT_NE(name_end, std::string::npos) << line;
+      const std::string name = line.substr(7, name_end - 7), rest = line.substr(name_end + 1);
+      EXPECT_FALSE(rest.empty()) << line;
+      if (line[2] == 'H') {
+        EXPECT_TRUE(help.emplace(name, rest).second) << "second HELP for " << name;
+      } else {
+        EXPECT_TRUE(type.emplace(name, rest).second) << "second TYPE for " << name;
+        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram") << line;
+        family = name;
+      }
       continue;
     }
-    if (line.starts_with("#")) continue;
-    // Every sample belongs to the family declared just before it.
-    EXPECT_TRUE(line.starts_with(previous_type)) << line;
+    ASSERT_FALSE(line.starts_with("#")) << "unknown comment: " << line;
+    ASSERT_FALSE(family.empty()) << "a sample before any TYPE: " << line;
+    std::string name = line.substr(0, line.find_first_of("{ "));
+    if (type[family] == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"})
+        if (name.ends_with(suffix) && name.size() - std::strlen(suffix) == family.size()) {
+          name.resize(family.size());
+          break;
+        }
+    }
+    EXPECT_EQ(name, family) << line;
+    EXPECT_TRUE(help.contains(family)) << "no HELP before the samples of " << family;
+    ++samples;
   }
+  EXPECT_GT(samples, 5);
+  for (const auto& [name, kind] : type) EXPECT_TRUE(help.contains(name)) << name << " has a TYPE but no HELP";
   EXPECT_EQ(text.back(), '\n');
 }
 

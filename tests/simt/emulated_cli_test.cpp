@@ -38,10 +38,13 @@ Output run(const std::string& command, bool stdout_only = false) {
   return r;
 }
 
-// The tokens a generate run printed (its stdout; the notes on stderr are left out).
+// The tokens a generate run printed (its stdout; the notes on stderr are left out). A run that fails
+// fails the test here: two runs failing alike would otherwise compare equal.
 std::string tokens_of(const std::string& command) {
   const Output r = run(command, true);
-  return r.status == 0 ? r.out : "exit status " + std::to_string(r.status) + ": " + r.out;
+  if (r.status == 0) return r.out;
+  ADD_FAILURE() << command << "\nexit status " << r.status << ", stdout: " << r.out;
+  return "exit status " + std::to_string(r.status) + " of " + command;
 }
 
 class EmulatedCli : public ::testing::Test {

@@ -89,7 +89,7 @@ TEST(SimtEmulator, ShufflesMoveAnyEightByteValue) {
 
 TEST(SimtEmulator, VotesAndBlockReductions) {
   std::vector<unsigned> ballot(128);
-  std::vector<int> any(128), all(128), count(128), band(128), bor(128);
+  std::vector<int> any(128), all(128), count(128), band(128), band_false(128), bor(128), bor_false(128);
   std::vector<float> sum(128), mx(128);
   simt::launch_shared<float[32]>(dim3(1), dim3(128), [&](float (&scratch)[32]) {
     const int t = int(threadIdx.x);
@@ -98,7 +98,9 @@ TEST(SimtEmulator, VotesAndBlockReductions) {
     all[size_t(t)] = __all_sync(0xffffffffu, t < 96);
     count[size_t(t)] = __syncthreads_count(t % 5 == 0);
     band[size_t(t)] = __syncthreads_and(t < 200);
+    band_false[size_t(t)] = __syncthreads_and(t != 77);  // one thread false: 0 for all
     bor[size_t(t)] = __syncthreads_or(t == 127);
+    bor_false[size_t(t)] = __syncthreads_or(t > 1000);  // none true
     sum[size_t(t)] = megaqwen::cuda::block_sum(float(t), scratch);  // common.cuh, blockDim-driven
     mx[size_t(t)] = megaqwen::cuda::block_max(float((t * 37) % 128), scratch);
   });
@@ -111,7 +113,9 @@ TEST(SimtEmulator, VotesAndBlockReductions) {
     EXPECT_EQ(all[size_t(t)], t < 96);
     EXPECT_EQ(count[size_t(t)], 26);
     EXPECT_EQ(band[size_t(t)], 1);
+    EXPECT_EQ(band_false[size_t(t)], 0);
     EXPECT_EQ(bor[size_t(t)], 1);
+    EXPECT_EQ(bor_false[size_t(t)], 0);
     EXPECT_EQ(sum[size_t(t)], 127.0f * 128.0f / 2.0f);
     EXPECT_EQ(mx[size_t(t)], 127.0f);
   }

@@ -742,10 +742,9 @@ TEST(SimtSelect, NucleusDrawIsTheExactHostDraw) {
       for (int capacity : {cuda::mk::kSelectTestMembers, 0}) {
         a.member_capacity = capacity;
         EXPECT_EQ(sel.select(a), h.id) << what << ", member capacity " << capacity;
-        for (int32_t id : sel.merged.chosen_by_thread) {
-          if (id != -9) {
-            ASSERT_EQ(id, h.id) << what << ": a thread of the selecting CTA disagrees";
-          }
+        // Every thread of the selecting CTA returns the id (-9: it returned none).
+        for (size_t t = 0; t < sel.merged.chosen_by_thread.size(); ++t) {
+          ASSERT_EQ(sel.merged.chosen_by_thread[t], h.id) << what << ": thread " << t << " of the selecting CTA";
         }
       }
     }

@@ -19,15 +19,22 @@ double log_sum_exp(std::span<const float> v, double max_value) {
   return max_value + std::log(sum);
 }
 
-// The median of max|cand - ref| over the positions with finite logits (0 when there are none).
-double median_error(std::span<const LogitComparison> compared) {
-  std::vector<double> errors;
+// The median of field(c) over the positions with finite logits (0 when there are none).
+double median_of(std::span<const LogitComparison> compared, double LogitComparison::*field) {
+  std::vector<double> values;
   for (const LogitComparison& c : compared)
-    if (c.finite) errors.push_back(c.max_abs);
-  if (errors.empty()) return 0;
-  const auto middle = errors.begin() + std::ptrdiff_t(errors.size() / 2);
-  std::nth_element(errors.begin(), middle, errors.end());
+    if (c.finite) values.push_back(c.*field);
+  if (values.empty()) return 0;
+  const auto middle = values.begin() + std::ptrdiff_t(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
   return *middle;
+}
+
+// Twice the typical error, capped at twice the largest error the bounds accept: a broken engine's
+// large errors must not turn every flip into a "near-tie".
+double tie_tolerance_of(std::span<const LogitComparison> compared, const VerifyThresholds& t) {
+  return 2 * std::min(median_of(compared, &LogitComparison::max_abs),
+                      t.rel_error_max * median_of(compared, &LogitComparison::ref_scale));
 }
 
 void add_position(PhaseResult& phase, int position, const LogitComparison& c) {
@@ -74,12 +81,11 @@ LogitComparison compare_logits(std::span<const float> reference, std::span<const
   c.ref_top1 = argmax(reference);
   c.cand_top1 = argmax(candidate);
   if (!c.finite) return c;
-  double ref_abs = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
     c.max_abs = std::max(c.max_abs, std::abs(double(candidate[i]) - double(reference[i])));
-    ref_abs = std::max(ref_abs, std::abs(double(reference[i])));
+    c.ref_scale = std::max(c.ref_scale, std::abs(double(reference[i])));
   }
-  c.rel_error = ref_abs > 0 ? c.max_abs / ref_abs : c.max_abs;
+  c.rel_error = c.ref_scale > 0 ? c.max_abs / c.ref_scale : c.max_abs;
   // KL(p || q) = sum p (log p - log q), with log p = r - lse(r), log q = s - lse(s).
   const double lse_r = log_sum_exp(reference, reference[size_t(c.ref_top1)]);
   const double lse_q = log_sum_exp(candidate, candidate[size_t(c.cand_top1)]);
@@ -136,7 +142,7 @@ VerifyReport verify_engine(Engine& reference, Engine& candidate, const VerifyOpt
   prefill.name = "prefill";
   decode.name = "decode";
   for (auto [phase, begin, end] : {std::tuple{&prefill, 0, o.prefill_tokens}, std::tuple{&decode, o.prefill_tokens, n}}) {
-    phase->tie_tolerance = 2 * median_error(std::span(compared).subspan(size_t(begin), size_t(end - begin)));
+    phase->tie_tolerance = tie_tolerance_of(std::span(compared).subspan(size_t(begin), size_t(end - begin)), o.thresholds);
     for (int p = begin; p < end; ++p) add_position(*phase, p, compared[size_t(p)]);
     finish_phase(*phase);
   }

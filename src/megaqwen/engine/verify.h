@@ -13,7 +13,9 @@
 // q = of the candidate's): relative error max|cand - ref| / max|ref|, KL(p || q) in nats, and whether
 // the two top-1 ids agree. A disagreement is a near-tie, counted as agreement, when the reference
 // logits of the two ids differ by no more than the phase's tie tolerance: twice the median over the
-// phase's positions of max|cand - ref| (each of the two logits may be off by the typical error).
+// phase's positions of max|cand - ref| (each of the two logits may be off by the typical error), but
+// at most twice the error the bounds accept (rel_error_max x the median max|ref|), so that a broken
+// engine's large errors do not make every flip a "near-tie".
 // The median, not the position's own error: a flip always lies within twice its own position's
 // error, so that rule could never fail; against the typical error, a position whose error is out of
 // line with the rest and flips a clear winner is a mismatch, while the uniform rounding of a bf16 KV
@@ -44,6 +46,7 @@ struct VerifyThresholds {
 struct LogitComparison {
   double rel_error = 0;  // max|cand - ref| / max|ref|
   double max_abs = 0;    // max|cand - ref|
+  double ref_scale = 0;  // max|ref|
   double kl = 0;         // KL(softmax(ref) || softmax(cand)), nats
   int32_t ref_top1 = 0, cand_top1 = 0;
   double ref_gap = 0;    // ref[ref_top1] - ref[cand_top1] (0 when they agree)
