@@ -106,7 +106,8 @@ void run_verify(const VerifyArgs& a) {
   }
   const VerifyThresholds& t = options.thresholds;
   std::printf("\nnear-tie: a top-1 flip where the reference's logits of the two ids differ by at most the tie "
-              "tolerance (twice the phase's median max|cand - ref|; generation: the decode phase's)\n");
+              "tolerance (twice the phase's median max|cand - ref|, at most twice the accepted error: rel err bound x "
+              "median max|ref|; generation: the decode phase's)\n");
   std::printf("bounds: worst rel err <= %.3g, mean KL <= %.3g, max KL <= %.3g nats, top-1 + near-ties >= %.0f%% "
               "per phase\n", t.rel_error_max, t.kl_mean_max, t.kl_max_max, 100 * t.top1_min);
   for (const PhaseResult& p : report.phases) {
