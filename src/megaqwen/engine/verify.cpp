@@ -125,8 +125,8 @@ VerifyReport verify_engine(Engine& reference, Engine& candidate, const VerifyOpt
   reference.truncate(0);
   reference.prefill_all_logits(tokens, want);
 
-  // Prefill: one batch over the first prefill_tokens; decode: the rest one token at a time. Judged
-  // once both ran, since the tie tolerance comes from the errors of all their positions.
+  // Prefill: one batch over the first prefill_tokens; decode: the rest one token at a time. Each
+  // phase is judged after it ran: its tie tolerance comes from the errors of all its positions.
   candidate.truncate(0);
   std::vector<LogitComparison> compared;
   {
