@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/error.h"
 
@@ -13,8 +14,6 @@ namespace {
 // Prompts are processed in chunks so activation buffers stay small for long prompts.
 constexpr int kPrefillChunk = 128;
 constexpr int kDefaultContext = 4096;
-// transformers' l2norm inside the gated delta rule (torch_recurrent_gated_delta_rule) uses this eps.
-constexpr double kL2NormEps = 1e-6;
 
 // Deterministic values in [-scale, scale) for the benchmark's noise-filled cache.
 struct Noise {
@@ -268,7 +267,7 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
 void CpuHybridEngine::gated_delta_net(const Qwen35LinearAttentionWeights& w, int slot, const float* h, int64_t T,
                                       float* out) {
   const ModelConfig& c = model_->config;
-  const int64_t C = c.linear_conv_dim(), Kd = c.linear_key_dim(), Vd = c.linear_value_dim();
+  const int64_t C = c.linear_conv_dim(), Vd = c.linear_value_dim();
   const int64_t nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
 
@@ -281,30 +280,13 @@ void CpuHybridEngine::gated_delta_net(const Qwen35LinearAttentionWeights& w, int
   cpu::matmul(w.in_b, h, T, b.data(), pool_);
   cpu::matmul(w.in_a, h, T, a.data(), pool_);
 
-  // 1. Short causal conv over time per channel, then SiLU.
-  causal_conv(w.conv, slot, qkv.data(), T);
-
-  // 2. Per token and head: l2-normalize q and k, scale q; the write strength beta and the log decay g.
-  const float q_scale = 1.0f / std::sqrt(float(dk));
+  // 1. Short causal conv over time per channel, then SiLU; 2. q, k normalized, beta and g; 3. the
+  // gated delta rule over the recurrent state, token by token (cpu_gated_delta_net.h).
+  const cpu::DeltaNetShape shape{nk, nv, dk, dv};
+  cpu::causal_conv(w.conv, conv_state(slot), qkv.data(), T, pool_);
   std::vector<float> beta(size_t(T * nv)), g(size_t(T * nv));  // [T, nv]
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = &qkv[size_t(t * C)];
-    for (int64_t hk = 0; hk < nk; ++hk) {
-      float* qh = row + hk * dk;
-      float* kh = row + Kd + hk * dk;
-      cpu::l2_normalize(qh, dk, kL2NormEps);
-      cpu::l2_normalize(kh, dk, kL2NormEps);
-      for (int64_t i = 0; i < dk; ++i) qh[i] *= q_scale;
-    }
-    for (int64_t hv = 0; hv < nv; ++hv) {
-      const size_t at = size_t(t * nv + hv);
-      beta[at] = cpu::sigmoid(b[at]);
-      g[at] = -std::exp(cpu::weight_at(w.A_log, hv)) * cpu::softplus(a[at] + cpu::weight_at(w.dt_bias, hv));
-    }
-  }
-
-  // 3. The gated delta rule over the recurrent state, token by token.
-  delta_rule(slot, qkv.data(), qkv.data() + Kd, qkv.data() + 2 * Kd, beta.data(), g.data(), T, o.data());
+  cpu::delta_net_gates(shape, w.A_log, w.dt_bias, qkv.data(), b.data(), a.data(), T, beta.data(), g.data());
+  cpu::delta_rule(shape, recurrent_state(slot), qkv.data(), beta.data(), g.data(), T, o.data(), pool_);
 
   // 4. Gated RMSNorm per head (plain weight shared by heads), then out_proj.
   for (int64_t t = 0; t < T; ++t)
@@ -313,65 +295,6 @@ void CpuHybridEngine::gated_delta_net(const Qwen35LinearAttentionWeights& w, int
       cpu::gated_rms_norm(oh, &z[size_t((t * nv + hv) * dv)], w.norm, c.rms_norm_eps, dv, oh);
     }
   cpu::matmul(w.out, o.data(), T, out, pool_);
-}
-
-// Depthwise causal conv: out[t][ch] = sum_j w[ch][j] * in[t - (K-1) + j][ch], the inputs before this
-// chunk coming from the conv state; then SiLU. In place on qkv [T, C]; the state keeps the last K-1 inputs.
-void CpuHybridEngine::causal_conv(const WeightMatrix& conv, int slot, float* qkv, int64_t T) {
-  const int64_t C = conv.rows, K = conv.cols;
-  float* state = conv_state(slot);  // [K-1, C]
-  // The inputs in time order: K-1 remembered rows, then this chunk's T rows.
-  std::vector<float> in(size_t((K - 1 + T) * C));
-  std::copy_n(state, (K - 1) * C, in.data());
-  std::copy_n(qkv, T * C, in.data() + (K - 1) * C);
-  pool_.parallel_for(size_t(C), [&](size_t c0, size_t c1) {
-    std::vector<float> taps(static_cast<size_t>(K));
-    for (size_t ch = c0; ch < c1; ++ch) {
-      cpu::matrix_row(conv, int64_t(ch), taps.data());
-      for (int64_t t = 0; t < T; ++t) {
-        float acc = 0;
-        for (int64_t j = 0; j < K; ++j) acc += taps[size_t(j)] * in[size_t((t + j) * C) + ch];
-        qkv[size_t(t * C) + ch] = cpu::silu(acc);
-      }
-    }
-  }, 64);
-  std::copy_n(in.data() + T * C, (K - 1) * C, state);
-}
-
-// The gated delta rule for each value head (one thread per head, so the result does not depend on the
-// thread count). Value head hv reads key head hv / (nv / nk). Per token, in this order:
-//   S = alpha S                    (alpha = exp(g): the decay comes first)
-//   m_j = sum_i S[i][j] k_i        (what the decayed state recalls for k)
-//   S[i][j] += k_i beta (v_j - m_j)
-//   o_j = sum_i S[i][j] q_i
-void CpuHybridEngine::delta_rule(int slot, const float* q, const float* k, const float* v, const float* beta,
-                                 const float* g, int64_t T, float* o) {
-  const ModelConfig& c = model_->config;
-  const int64_t C = c.linear_conv_dim();
-  const int64_t nv = c.linear_num_value_heads, per_key = nv / c.linear_num_key_heads;
-  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-  float* states = recurrent_state(slot);  // [nv, dk, dv]
-  pool_.parallel_for(size_t(nv), [&](size_t h0, size_t h1) {
-    std::vector<float> m(static_cast<size_t>(dv)), d(static_cast<size_t>(dv));
-    for (size_t hv = h0; hv < h1; ++hv) {
-      float* S = states + hv * size_t(dk * dv);
-      const int64_t hk = int64_t(hv) / per_key;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* qt = q + t * C + hk * dk;
-        const float* kt = k + t * C + hk * dk;
-        const float* vt = v + t * C + int64_t(hv) * dv;
-        const float alpha = std::exp(g[t * nv + int64_t(hv)]), b = beta[t * nv + int64_t(hv)];
-        for (int64_t i = 0; i < dk * dv; ++i) S[i] *= alpha;
-        std::fill(m.begin(), m.end(), 0.0f);
-        for (int64_t i = 0; i < dk; ++i) cpu::axpy(kt[i], S + i * dv, m.data(), dv);
-        for (int64_t j = 0; j < dv; ++j) d[size_t(j)] = b * (vt[j] - m[size_t(j)]);
-        for (int64_t i = 0; i < dk; ++i) cpu::axpy(kt[i], d.data(), S + i * dv, dv);
-        float* ot = o + (t * nv + int64_t(hv)) * dv;
-        std::fill(ot, ot + dv, 0.0f);
-        for (int64_t i = 0; i < dk; ++i) cpu::axpy(qt[i], S + i * dv, ot, dv);
-      }
-    }
-  });
 }
 
 // x W_down^T of silu(x W_gate^T) * (x W_up^T), as in Qwen3.

@@ -64,9 +64,6 @@ class CpuHybridEngine final : public Engine {
   // The layer steps over a chunk of T tokens; `h` is the normed input [T, H], `out` the block output [T, H].
   void gated_attention(const Qwen35FullAttentionWeights& w, int slot, const float* h, int64_t T, float* out);
   void gated_delta_net(const Qwen35LinearAttentionWeights& w, int slot, const float* h, int64_t T, float* out);
-  void causal_conv(const WeightMatrix& conv, int slot, float* qkv, int64_t T);
-  void delta_rule(int slot, const float* q, const float* k, const float* v, const float* beta, const float* g,
-                  int64_t T, float* o);
   void swiglu_mlp(const Qwen35LayerWeights& w, const float* h, int64_t T, float* out);
 
   void remember_states();  // snapshot of the DeltaNet states at position_
