@@ -11,6 +11,7 @@
 #include "megaqwen/cuda/kernels/attention_prefill.cuh"
 #include "megaqwen/cuda/kernels/common.cuh"
 #include "megaqwen/cuda/kernels/elementwise.cuh"
+#include "megaqwen/cuda/kernels/gated_delta_net.cuh"
 #include "megaqwen/cuda/kernels/gemv_bf16.cuh"
 #include "megaqwen/cuda/kernels/rmsnorm.cuh"
 #include "megaqwen/cuda/kernels/rope_qknorm.cuh"
@@ -53,6 +54,35 @@ void fill_noise_bf16(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream
   if (n == 0) return;
   launch_kernel(fill_noise_kernel, elementwise_blocks(n, 256), 256, 0, stream, as_bf16(dst), n, seed);
   CUDA_CHECK_LAUNCH("fill_noise_kernel");
+}
+
+void causal_conv(float* qkv, const uint16_t* conv, float* conv_state, int T, int C, int K, cudaStream_t stream) {
+  if (K < 2 || K > kConvMaxTaps) unsupported("causal conv kernel size", K);
+  if (T == 0 || C == 0) return;
+  launch_kernel(causal_conv_kernel<kConvMaxTaps>, div_up(C, 128), 128, 0, stream, qkv, as_bf16(conv), conv_state,
+                T, C, K);
+  CUDA_CHECK_LAUNCH("causal_conv_kernel");
+}
+
+void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream) {
+  if (a.nk <= 0 || a.nv % a.nk != 0) unsupported("DeltaNet value heads per key head, nv", a.nv);
+  if (a.dv <= 0) unsupported("DeltaNet value head size", a.dv);
+  if (a.T == 0) return;
+  const DeltaRuleParams p{a.qkv, a.b, a.a, a.A_log, a.dt_bias, a.states, a.o, a.T, a.nk, a.nv, a.dk, a.dv, a.l2_eps};
+  const dim3 grid(unsigned(a.nv), unsigned(div_up(a.dv, 32)));
+  // The column of S lives in registers: compile the loop for the smallest bound that holds dk.
+  if (a.dk >= 1 && a.dk <= 32) launch_kernel(delta_rule_kernel<32>, grid, 32, 0, stream, p);
+  else if (a.dk <= 64) launch_kernel(delta_rule_kernel<64>, grid, 32, 0, stream, p);
+  else if (a.dk <= 128) launch_kernel(delta_rule_kernel<128>, grid, 32, 0, stream, p);
+  else unsupported("DeltaNet key head size", a.dk);
+  CUDA_CHECK_LAUNCH("delta_rule_kernel");
+}
+
+void gated_rms_norm(const float* x, const float* z, const float* w, int rows, int n, float eps, float* out,
+                    cudaStream_t stream) {
+  if (rows == 0) return;
+  launch_kernel(gated_rms_norm_kernel, rows, kGatedNormThreads, 0, stream, x, z, w, n, eps, out);
+  CUDA_CHECK_LAUNCH("gated_rms_norm_kernel");
 }
 
 void rms_norm_f32(const float* x, const float* w, int rows, int n, float eps, float* out, cudaStream_t stream) {

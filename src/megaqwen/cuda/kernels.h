@@ -97,6 +97,32 @@ void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, Gem
 // hi, lo [T, I] (lo may be null).
 void swiglu_split(const float* gu, int T, int I, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 
+// ---- Gated DeltaNet, Qwen3.5's linear attention (kernels/gated_delta_net.cuh) ----
+// The steps of cpu_gated_delta_net.h for T tokens. qkv [T, C] fp32 with C = q [nk, dk] | k [nk, dk] |
+// v [nv, dv]; conv [C, K] bf16 with 2 <= K <= 8; conv_state [K-1, C] fp32, oldest first.
+// causal_conv: in place, qkv = SiLU(depthwise causal conv), conv_state advanced by T inputs.
+void causal_conv(float* qkv, const uint16_t* conv, float* conv_state, int T, int C, int K, cudaStream_t stream);
+// q and k l2-normalized (l2_eps), q scaled by 1/sqrt(dk), beta = sigmoid(b), alpha = exp(-exp(A_log)
+// softplus(a + dt_bias)), then per token S = alpha S, S += k beta (v - S^T k)^T, o = S^T q. qkv is
+// read only; states [nv, dk, dv] fp32 advance by T tokens; o [T, nv, dv]. dk <= 128, nv a multiple
+// of nk.
+struct DeltaRuleArgs {
+  const float* qkv;
+  const float* b;        // [T, nv]
+  const float* a;        // [T, nv]
+  const float* A_log;    // [nv] fp32
+  const float* dt_bias;  // [nv] fp32
+  float* states;
+  float* o;
+  int T, nk, nv, dk, dv;
+  float l2_eps;
+};
+void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream);
+// out[r, :] = w * (x[r, :] * rsqrt(mean(x[r, :]^2) + eps)) * silu(z[r, :]) for r < rows; x, z, out
+// [rows, n] fp32 (out may be x), w [n] fp32.
+void gated_rms_norm(const float* x, const float* z, const float* w, int rows, int n, float eps, float* out,
+                    cudaStream_t stream);
+
 // ---- sampling (kernels/sampling.cuh) ----
 // How the raw logits become the values a draw compares: penalties over `counts` (occurrences of each
 // id in the history; null: none), then division by the temperature; Gumbel noise for sampling.
