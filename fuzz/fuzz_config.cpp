@@ -23,6 +23,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) std::abort();
     for (int32_t id : c.eos_token_ids)
       if (id < 0 || id >= c.vocab_size) std::abort();
+    // Qwen3.5 hybrids: what the hybrid engine and its kernels index with.
+    if (c.architecture == megaqwen::Architecture::Qwen3_5) {
+      if (c.layer_types.size() != size_t(c.num_layers)) std::abort();
+      if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) std::abort();
+      int mrope = 0;
+      for (int s : c.mrope_section) mrope += s;
+      if (mrope > c.rotary_dim / 2) std::abort();
+      if (c.linear_num_key_heads < 1 || c.linear_num_value_heads % c.linear_num_key_heads != 0 ||
+          c.linear_key_head_dim < 1 || c.linear_value_head_dim < 1 || c.linear_conv_kernel < 1)
+        std::abort();
+    } else if (c.rotary_dim != c.head_dim) {
+      std::abort();
+    }
     (void)c.parameter_count();  // must not overflow (UBSan) for any accepted config
   } catch (const megaqwen::Error&) {
     // Rejected with a message: the expected outcome for bad input.

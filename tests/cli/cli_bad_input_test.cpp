@@ -374,7 +374,7 @@ TEST_F(CliBadInput, BadTokenIds) {
   expect_one_error_line(generate(model(), {"--ids", " , "}), {"the prompt is empty"});
   expect_one_error_line(generate(model(), {}), {"give exactly one of --prompt TEXT or --ids"});
   // Text needs a tokenizer, which this folder does not have.
-  expect_one_error_line(generate(model(), {"--prompt", "hello"}), {});
+  expect_one_error_line(generate(model(), {"--prompt", "hello"}), {"has no tokenizer", "give --ids instead"});
 }
 
 TEST_F(CliBadInput, PromptLongerThanContext) {

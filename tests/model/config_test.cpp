@@ -74,6 +74,16 @@ TEST(Config, SynthJsonRoundTrips) {
     EXPECT_EQ(c.mrope_section, preset.config.mrope_section);
     EXPECT_EQ(c.linear_conv_dim(), preset.config.linear_conv_dim());
     EXPECT_EQ(c.tie_word_embeddings, preset.config.tie_word_embeddings);
+    EXPECT_EQ(c.num_heads, preset.config.num_heads);
+    EXPECT_EQ(c.intermediate_size, preset.config.intermediate_size);
+    EXPECT_EQ(c.vocab_size, preset.config.vocab_size);
+    EXPECT_EQ(c.rope_theta, preset.config.rope_theta);
+    EXPECT_EQ(c.rms_norm_eps, preset.config.rms_norm_eps);
+    EXPECT_EQ(c.max_position_embeddings, preset.config.max_position_embeddings);
+    EXPECT_EQ(c.bos_token_id, preset.config.bos_token_id);
+    EXPECT_EQ(c.torch_dtype, preset.config.torch_dtype);
+    EXPECT_EQ(c.partial_rotary_factor, preset.config.partial_rotary_factor);
+    EXPECT_EQ(c.linear_conv_kernel, preset.config.linear_conv_kernel);
   }
 }
 

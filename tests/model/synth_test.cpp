@@ -249,13 +249,14 @@ TEST_F(SynthTiny, F16AndF32VariantsLoadAndAgree) {
     EXPECT_EQ(m->config.torch_dtype, dtype == DType::F16 ? "float16" : "float32");
     CpuEngine engine(m, {.context = 16, .threads = 2});
     const auto logits = engine.prefill(prompt);
-    // The same seeded values, only rounded differently: logits agree to bf16 precision.
+    // The same seeded values, only rounded differently: bf16 keeps each weight to 2^-9 relative, which
+    // through the tiny model's two layers moves the logits by under 1% of the largest.
     double err = 0, norm = 0;
     for (size_t i = 0; i < logits.size(); ++i) {
       err = std::max(err, double(std::abs(logits[i] - ref[i])));
       norm = std::max(norm, double(std::abs(ref[i])));
     }
-    EXPECT_LT(err, 0.05 * norm);
+    EXPECT_LT(err, 0.02 * norm);  // measured 0.7% (f16) and 0.65% (f32) of the largest logit
     EXPECT_GT(err, 0.0);  // it really is a different file
     fs::remove_all(dir);
   }

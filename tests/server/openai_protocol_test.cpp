@@ -189,13 +189,27 @@ TEST(OpenAiProtocol, CompletionPrompts) {
   auto batch_of_one = parse_completion_request({{"prompt", {"x"}}}, limits());
   EXPECT_EQ(batch_of_one.prompt_text, "x");
 
-  for (const ordered_json& bad :
-       {ordered_json{{"max_tokens", 3}}, ordered_json{{"prompt", 5}}, ordered_json{{"prompt", ""}},
-        ordered_json{{"prompt", ordered_json::array()}}, ordered_json{{"prompt", {1, 1000}}},
-        ordered_json{{"prompt", {-1}}}, ordered_json{{"prompt", {1.5}}}, ordered_json{{"prompt", {"a", "b"}}},
-        ordered_json{{"prompt", "x"}, {"echo", true}}, ordered_json{{"prompt", "x"}, {"logprobs", 2}},
-        ordered_json{{"prompt", "x"}, {"model", "other"}}}) {
-    EXPECT_THROW(parse_completion_request(bad, limits()), ApiError) << bad.dump();
+  // Each refusal is a 400 naming the field at fault (its param starts with that name).
+  const std::vector<std::pair<ordered_json, std::string>> bad_requests = {
+      {{{"max_tokens", 3}}, "prompt"},
+      {{{"prompt", 5}}, "prompt"},
+      {{{"prompt", ""}}, "prompt"},
+      {{{"prompt", ordered_json::array()}}, "prompt"},
+      {{{"prompt", {1, 1000}}}, "prompt"},
+      {{{"prompt", {-1}}}, "prompt"},
+      {{{"prompt", {1.5}}}, "prompt"},
+      {{{"prompt", {"a", "b"}}}, "prompt"},
+      {{{"prompt", "x"}, {"echo", true}}, "echo"},
+      {{{"prompt", "x"}, {"logprobs", 2}}, "logprobs"},
+      {{{"prompt", "x"}, {"model", "other"}}, "model"}};
+  for (const auto& [bad, field] : bad_requests) {
+    try {
+      parse_completion_request(bad, limits());
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bad.dump();
+      EXPECT_EQ(e.param().rfind(field, 0), 0u) << bad.dump() << ": param '" << e.param() << "', " << e.what();
+    }
   }
 }
 

@@ -158,15 +158,26 @@ TEST(Scheduler, ExtendedPromptOnlyPrefillsTheNewPart) {
   EXPECT_EQ(engine.prefilled - before, 2);
 }
 
+// stop() cancels the running job and the queued ones. Their deadlines are an hour away, so a stop()
+// that did not cancel would wait on 100,000 slow steps (the test's time limit fails it), not on a
+// deadline; the running job ends as cancelled and the queued one with the cancellation error.
 TEST(Scheduler, StopCancelsEverything) {
   SlowEngine engine(5ms);
   auto scheduler = std::make_unique<Scheduler>(engine, 4);
-  auto running = job({0}, 100000), queued = job({0}, 5);
+  auto running = job({0}, 100000, 1h), queued = job({0}, 5, 1h);
   ASSERT_TRUE(scheduler->submit(running));
   ASSERT_TRUE(scheduler->submit(queued));
+  std::string text;  // the first job runs (has drawn a token) before stop()
+  for (int i = 0; i < 500 && text.empty(); ++i) running->wait(20ms, text);
+  ASSERT_FALSE(text.empty());
   scheduler->stop();
   wait_done(*running);
   wait_done(*queued);
+  EXPECT_EQ(running->result().finish, FinishReason::Cancelled);
+  EXPECT_LT(running->result().tokens.size(), 100000u);
+  ASSERT_TRUE(queued->error().has_value());
+  EXPECT_STREQ(queued->error()->what(), "the request was cancelled");
+  EXPECT_EQ(queued->error()->status(), 503);
   EXPECT_FALSE(scheduler->submit(job({0}, 1)));
 }
 

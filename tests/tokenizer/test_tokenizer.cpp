@@ -64,6 +64,7 @@ TEST(Tokenizer, BadIdsThrow) {
   EXPECT_THROW(tok.token_bytes(151936), Error);
   try {
     tok.decode(Ids{200000});
+    FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("200000"), std::string::npos) << e.what();
   }
@@ -94,7 +95,7 @@ TEST(Tokenizer, RandomBytesNeverCrashAndDecodeToValidUtf8) {
     for (char& c : bytes) c = static_cast<char>(rng() % 7 == 0 ? 0x80 | (rng() % 64) : rng() % 256);
     const Ids ids = tok.encode(bytes);
     const std::string text = tok.decode(ids);
-    if (bytes.find_first_of(std::string("\x80\xC0\xE0\xF0", 4)) == std::string::npos) continue;
+    // Every input, valid or not: the ids are those of the repaired text, which decodes back exactly.
     EXPECT_EQ(tok.encode(text), ids) << "re-encoding the repaired text gives the same ids";
   }
 }
