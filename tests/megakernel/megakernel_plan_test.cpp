@@ -131,25 +131,35 @@ void check_config(const char* name, int vocab) {
     const int splits = attention_splits(ctas, C::KV_HEADS);
     ASSERT_GE(splits, 1);
     ASSERT_LE(splits, kMaxSplits);
+    // The ranges the kernel reads (attention_split, what stage_attention.cuh calls): the non-empty
+    // ones tile [0, n) in order, each aligned to 8 positions, and exactly one appends the new row.
     for (int n : {1, 2, 63, 64, 65, 127, 128, 129, 1000, 4095, 4096, 8200, 16385, 32768, 40960, 131072}) {
-      const int chunk = attention_chunk(n, splits);
-      ASSERT_EQ(chunk % 8, 0);
-      const int used = (n + chunk - 1) / chunk;
-      ASSERT_LE(used, splits) << "n " << n;
-      int covered = 0, appenders = 0, appender = -1;
+      int covered = 0, appenders = 0, appender = -1, last_used = -1;
+      bool seen_empty = false;
       for (int s = 0; s < splits; ++s) {
-        const int begin = s * chunk, end = std::min(n, begin + chunk);
-        if (begin >= end) {
-          ASSERT_GE(s, used) << "an empty split inside the used range, n " << n;
+        const AttentionSplit r = attention_split(n, splits, s);
+        if (r.empty()) {
+          seen_empty = true;
+          EXPECT_FALSE(r.appends(n));
           continue;
         }
-        ASSERT_EQ(begin, covered);
-        covered = end;
-        if (end == n) ++appenders, appender = s;
+        ASSERT_FALSE(seen_empty) << "an empty split before a used one, n " << n << ", split " << s;
+        ASSERT_EQ(r.begin, covered) << "n " << n << ", split " << s;
+        ASSERT_EQ(r.begin % 8, 0);
+        ASSERT_GT(r.end, r.begin);
+        covered = r.end;
+        last_used = s;
+        if (r.appends(n)) ++appenders, appender = s;
       }
-      ASSERT_EQ(covered, n);
+      ASSERT_EQ(covered, n) << "n " << n;
       ASSERT_EQ(appenders, 1) << "n " << n;
-      ASSERT_EQ(appender, used - 1);
+      ASSERT_EQ(appender, last_used) << "n " << n;
+      ASSERT_EQ(attention_used_splits(n, splits), last_used + 1) << "n " << n << ": what the merge reads";
+      ASSERT_LE(last_used + 1, splits);
+      // Past the minimum chunk the work spreads over every split (no split holds twice its share).
+      if (n >= splits * kMinAttnChunk) {
+        EXPECT_LE(attention_chunk(n, splits), (n + splits - 1) / splits + 7) << "n " << n;
+      }
     }
 
     // Token selection capacity (the runner refuses top-k otherwise; greedy needs none).

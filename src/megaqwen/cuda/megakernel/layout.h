@@ -69,6 +69,22 @@ MEGAQWEN_MK_HD constexpr int attention_chunk(int n, int splits) {
   const int per = (n + splits - 1) / splits;
   return ((per > kMinAttnChunk ? per : kMinAttnChunk) + 7) & ~7;
 }
+// The positions [begin, end) split `split` of `splits` reads for n cached rows (empty past the used
+// splits); the one split whose range ends at n holds the new position and appends its k and v.
+struct AttentionSplit {
+  int begin, end;
+  MEGAQWEN_MK_HD constexpr bool empty() const { return begin >= end; }
+  MEGAQWEN_MK_HD constexpr bool appends(int n) const { return begin < end && end == n; }
+};
+MEGAQWEN_MK_HD constexpr AttentionSplit attention_split(int n, int splits, int split) {
+  const int chunk = attention_chunk(n, splits), begin = split * chunk;
+  return {begin, begin + chunk < n ? begin + chunk : n};
+}
+// How many splits are non-empty (the first ones): what the merge reads.
+MEGAQWEN_MK_HD constexpr int attention_used_splits(int n, int splits) {
+  const int chunk = attention_chunk(n, splits);
+  return (n + chunk - 1) / chunk;
+}
 
 // ---- stages (timing slots, schedule) ----
 enum class Stage : int { Qkv = 0, Attention, OProj, Mlp, Down, LmHead, Select, Count };

@@ -53,8 +53,8 @@ template <class C>
 __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   constexpr int D = C::D, G = C::G, P = 8;  // P: dims per lane (16 lanes x 8 = 128)
   const int n = c.pos + 1;
-  const int chunk = attention_chunk(n, c.p.splits);
-  const int begin = split * chunk, end = min(n, begin + chunk);
+  const AttentionSplit range = attention_split(n, c.p.splits, split);
+  const int begin = range.begin, end = range.end;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane >> 4, sub = lane & 15;
   const size_t layer_off = size_t(l) * size_t(c.p.context) * C::KV;
   const bf16* kc = reinterpret_cast<const bf16*>(c.p.k_cache) + layer_off;
@@ -78,7 +78,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
       qk_norm_rope_warp<D>(v, w.q_norm, c.p.inv_freq, c.pos, c.p.eps);
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) sm_q[warp * D + lane + 32 * e] = v[e] * c.p.attn_scale_log2;
-    } else if (warp == G && end == n) {
+    } else if (warp == G && range.appends(n)) {
       float v[D / 32];
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + C::Q + g * D + lane + 32 * e);
@@ -201,7 +201,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   }
   __syncthreads();
   if (!c.flags[0]) return;
-  const int used = (n + chunk - 1) / chunk;  // non-empty splits
+  const int used = attention_used_splits(n, c.p.splits);  // non-empty splits
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int h = idx / D, d = idx % D;
     const size_t slot0 = (size_t(l) * C::HEADS + g * G + h) * kMaxSplits;
