@@ -26,10 +26,6 @@ using namespace test;
 
 constexpr double kTolerance = 1e-5;
 
-WeightVector f32_vector(const std::vector<float>& w) {
-  return WeightVector{reinterpret_cast<const uint8_t*>(w.data()), DType::F32, int64_t(w.size())};
-}
-
 struct Shape {
   int nk, nv, dk, dv;
 };

@@ -14,6 +14,7 @@
 #include "megaqwen/cuda/cublas_gemm.h"
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/model/qwen3_weights.h"
 #include "megaqwen/util/bf16.h"
 
 namespace megaqwen::test {
@@ -52,6 +53,11 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// A host fp32 vector seen as a stored F32 weight vector (the CPU reference's norm weights and the like).
+inline WeightVector f32_vector(const std::vector<float>& w) {
+  return WeightVector{reinterpret_cast<const uint8_t*>(w.data()), DType::F32, int64_t(w.size())};
 }
 
 inline std::vector<uint16_t> to_bf16(std::span<const float> v) {

@@ -25,10 +25,6 @@ constexpr double kSplitTolerance = 4e-5;
 // rounding boundary: 2^-8 relative at most.
 constexpr double kBf16Tolerance = 1.0 / 256;
 
-WeightVector f32_vector(const std::vector<float>& w) {
-  return WeightVector{reinterpret_cast<const uint8_t*>(w.data()), DType::F32, int64_t(w.size())};
-}
-
 TEST(CudaKernels, RmsNormF32AndSplit) {
   MQ_REQUIRE_GPU();
   for (int n : {64, 128, 1000, 1024, 4096}) {
