@@ -18,6 +18,8 @@
 #             shared loads), bench megakernel vs per-op at depths 1..32768, compute-sanitizer
 #             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
 #             runs it alone (~330 s)
+#   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the CudaHybridEngine tests (tiny + full 0.8B),
+#             megaqwen verify, and a bench (its JSON is printed into the log: the 8 files are taken)
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
 #             bench; MEGAQWEN_STAGES="env mk-sizes" runs it alone (~8 min)
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
@@ -31,7 +33,7 @@ out="${OUT:-$root/build-gpu/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck mk-sizes}"
+stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck hybrid mk-sizes}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
 declare -A status
@@ -83,6 +85,7 @@ for b in megaqwen test_cuda; do
 done
 mq=/tmp/mq-bin/megaqwen
 model=/tmp/mq-models/synth-qwen3-0.6b
+hybrid_model=/tmp/mq-models/synth-qwen3.5-0.8b
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || ls /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
 
@@ -107,8 +110,19 @@ model_stage() {
   [ -f "$model/model.safetensors" ] || $mq synth --preset qwen3-0.6b --seed 0 --out "$model"
 }
 tests_stage() {
-  # the megakernel's tests run in the mk stage
-  MEGAQWEN_TEST_QWEN3_06B="$model" /tmp/mq-bin/test_cuda --gtest_filter='-Megakernel*' --gtest_output="xml:$out/tests.xml"
+  # the megakernel's tests run in the mk stage, the Qwen3.5 engine's in the hybrid stage
+  MEGAQWEN_TEST_QWEN3_06B="$model" /tmp/mq-bin/test_cuda --gtest_filter='-Megakernel*:*Hybrid*' \
+    --gtest_output="xml:$out/tests.xml"
+}
+hybrid_stage() {
+  local rc=0
+  [ -f "$hybrid_model/model.safetensors" ] || $mq synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || return 1
+  MEGAQWEN_TEST_QWEN35_08B="$hybrid_model" /tmp/mq-bin/test_cuda --gtest_filter='*Hybrid*' || rc=1
+  timeout 90 $mq verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
+  $mq bench --model "$hybrid_model" --device cuda --prompt-len 512 --depth 1,512,4096 --tokens 64 --repeats 3 \
+    --json /tmp/hybrid-bench.json || rc=1
+  echo "HYBRID BENCH JSON"; cat /tmp/hybrid-bench.json 2>/dev/null; echo
+  return $rc
 }
 bench_stage() {
   $mq bench --model "$model" --device cuda --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
@@ -196,9 +210,9 @@ mk_sizes_stage() {
   mk_bench qwen3-4b "$d4" 150
 }
 
-export root out log libpath cublas_dir mq model sanitizer cuobjdump
+export root out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump
 export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage mk_stage \
-  mk_bench mk_sizes_stage
+  mk_bench mk_sizes_stage hybrid_stage
 
 stage env 60 env_stage
 stage sass 60 sass_stage
@@ -209,6 +223,7 @@ stage bench 150 bench_stage
 stage verify 210 verify_stage
 stage peers 300 peers_stage
 stage memcheck 200 memcheck_stage
+stage hybrid 300 hybrid_stage
 stage mk-sizes 560 mk_sizes_stage
 
 python3 - "$out" "$log" <<'PY' | tee "$out/summary.md"
@@ -235,6 +250,7 @@ for name in ("tests.xml", "mk-tests.xml"):
         print(f"  FAILED {f[1]}.{f[0]}")
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
+                        "MEGAQWEN VERIFY", "| tg", "| pp",
                         "MK ", "| MK", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
         print(line)
 b = os.path.join(out, "bench.json")

@@ -21,6 +21,8 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--seed", a->options.seed, "Random seed")->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder")->required();
   cmd->add_option("--tokenizer", a->tokenizer, "Copy tokenizer files from this folder (e.g. ../shared/models/qwen3-0.6b, ../shared/models/qwen3.5-0.8b)");
+  cmd->add_option("--vocab-size", a->options.vocab_size,
+                  "Vocabulary size instead of the preset's (no tokenizer then; the last id ends a sequence)");
   cmd->add_option("--dtype", a->dtype, "Weight dtype: bf16, f16 or f32")->capture_default_str();
   cmd->add_option("-t,--threads", a->options.threads, "Threads (0: all)");
   cmd->callback([a] {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -121,56 +123,83 @@ TEST(CudaKernels, EmbedRows) {
 }
 
 // QK-norm + RoPE + append: q against cpu::rms_norm + cpu::rope in fp32; the cache rows against
-// bf16(cpu value); every other cache row must keep its poison.
+// bf16(cpu value); every other cache row must keep its poison. Qwen3's layout (q | k | v, RoPE over
+// the whole head) and Qwen3.5's (q | gate | k | v, RoPE over the first rotary_dim dims: a quarter of
+// the head, and 16 of 64, whose pairs (i, i + 8) sit in different lanes).
 TEST(CudaKernels, QkNormRopeAppend) {
   MQ_REQUIRE_GPU();
-  for (int D : {64, 128}) {
+  struct Case {
+    int D, rotary_dim;
+    bool gated;
+  };
+  for (const Case& cs : {Case{64, 64, false}, Case{128, 128, false}, Case{256, 256, false}, Case{256, 64, true},
+                         Case{64, 16, true}, Case{128, 32, false}}) {
     for (bool device_pos : {false, true}) {
+      const int D = cs.D, R = cs.rotary_dim;
       const int T = device_pos ? 1 : 5, heads = 4, kv_heads = 2, context = 40000;
       const int Q = heads * D, KV = kv_heads * D, p0 = device_pos ? 32767 : 1000;
-      const auto qkv = random_floats(size_t(T) * (Q + 2 * KV), 11 + uint64_t(D), -2, 2);
+      const int k_off = cs.gated ? 2 * Q : Q, row_len = k_off + 2 * KV;
+      const auto qkv = random_floats(size_t(T) * row_len, 11 + uint64_t(D + R), -2, 2);
       const auto qn = random_floats(size_t(D), 12, 0.5f, 1.5f), kn = random_floats(size_t(D), 13, 0.5f, 1.5f);
-      const auto inv = cpu::rope_inv_freq(D, 1e6);
+      const auto inv = cpu::rope_inv_freq(R, 1e6);
       auto dqkv = upload(qkv), dqn = upload(qn), dkn = upload(kn), dinv = upload(inv);
       const std::vector<int32_t> pos_host = {p0};
       auto dpos = upload(pos_host);
       auto q = poisoned_f32(size_t(T) * Q);
       auto kc = poisoned_bf16(size_t(context) * KV), vc = poisoned_bf16(size_t(context) * KV);
-      cuda::qk_norm_rope({dqkv.data(), T, heads, kv_heads, D, dqn.data(), dkn.data(), dinv.data(),
+      cuda::qk_norm_rope({dqkv.data(), T, heads, kv_heads, D, R, cs.gated, dqn.data(), dkn.data(), dinv.data(),
                           device_pos ? dpos.data() : nullptr, device_pos ? 0 : p0, 1e-6f, q.data(), kc.data(), vc.data()},
                          nullptr);
       const auto gq = download(q);
       const auto gk = from_bf16(download(kc)), gv = from_bf16(download(vc));
       std::vector<float> ref_q(static_cast<size_t>(T) * Q), ref_k, got_k, ref_v, got_v;
       for (int t = 0; t < T; ++t) {
-        const float* row = &qkv[size_t(t) * (Q + 2 * KV)];
+        const float* row = &qkv[size_t(t) * row_len];
         for (int h = 0; h < heads; ++h) {
           float* o = &ref_q[size_t(t * Q + h * D)];
           cpu::rms_norm(row + h * D, f32_vector(qn), 1e-6, D, o);
-          cpu::rope(o, D, p0 + t, inv.data());
+          cpu::rope(o, R, p0 + t, inv.data());
         }
         for (int g = 0; g < kv_heads; ++g) {
           std::vector<float> k(static_cast<size_t>(D));
-          cpu::rms_norm(row + Q + g * D, f32_vector(kn), 1e-6, D, k.data());
-          cpu::rope(k.data(), D, p0 + t, inv.data());
+          cpu::rms_norm(row + k_off + g * D, f32_vector(kn), 1e-6, D, k.data());
+          cpu::rope(k.data(), R, p0 + t, inv.data());
           for (int d = 0; d < D; ++d) {
             const size_t at = (size_t(p0 + t) * kv_heads + size_t(g)) * D + size_t(d);
             ref_k.push_back(bf16_to_f32(f32_to_bf16(k[size_t(d)])));
             got_k.push_back(gk[at]);
-            ref_v.push_back(bf16_to_f32(f32_to_bf16(row[Q + KV + g * D + d])));
+            ref_v.push_back(bf16_to_f32(f32_to_bf16(row[k_off + KV + g * D + d])));
             got_v.push_back(gv[at]);
           }
         }
       }
-      EXPECT_LE(rel_error(gq, ref_q), kFp32Tolerance) << "D " << D;
-      EXPECT_LE(rel_error(got_k, ref_k), kBf16Tolerance) << "D " << D;
-      EXPECT_EQ(got_v, ref_v) << "D " << D;
+      const std::string what = "D " + std::to_string(D) + " rotary " + std::to_string(R) + " gated " +
+                               std::to_string(cs.gated) + " device_pos " + std::to_string(device_pos);
+      EXPECT_LE(rel_error(gq, ref_q), kFp32Tolerance) << what;
+      EXPECT_LE(rel_error(got_k, ref_k), kBf16Tolerance) << what;
+      EXPECT_EQ(got_v, ref_v) << what;
       size_t written_k = 0, written_v = 0;
       for (size_t i = 0; i < gk.size(); ++i) written_k += !std::isnan(gk[i]), written_v += !std::isnan(gv[i]);
-      EXPECT_EQ(written_k, size_t(T) * KV) << "k cache rows outside the tokens' positions were written";
-      EXPECT_EQ(written_v, size_t(T) * KV) << "v cache rows outside the tokens' positions were written";
+      EXPECT_EQ(written_k, size_t(T) * KV) << "k cache rows outside the tokens' positions were written; " << what;
+      EXPECT_EQ(written_v, size_t(T) * KV) << "v cache rows outside the tokens' positions were written; " << what;
     }
   }
+}
+
+// Qwen3.5's output gate, read in place from the projection rows (stride > n), against cpu::sigmoid.
+TEST(CudaKernels, SigmoidGateInPlace) {
+  MQ_REQUIRE_GPU();
+  const int rows = 3, n = 520, stride = 1400;
+  const auto x = random_floats(size_t(rows) * n, 31, -2, 2);
+  const auto gate = random_floats(size_t(rows) * stride, 32, -8, 8);
+  std::vector<float> ref(x.size());
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < n; ++i)
+      ref[size_t(r * n + i)] = x[size_t(r * n + i)] * cpu::sigmoid(gate[size_t(r * stride + i)]);
+  auto dx = upload(x), dg = upload(gate);
+  cuda::sigmoid_gate(dx.data(), dg.data(), rows, n, stride, nullptr);
+  EXPECT_LE(rel_error(download(dx), ref), kFp32Tolerance);
+  EXPECT_EQ(download(dg), gate) << "the gate rows were written";
 }
 
 // Causal attention in fp64 over the bf16 cache values: queries at p0..p0+T-1, keys 0..p0+T-1.
@@ -219,7 +248,14 @@ TEST(CudaKernels, PrefillAttentionCausal) {
     int T, p0, heads, kv_heads, D;
   };
   for (const Case& c : {Case{1, 0, 2, 1, 128}, Case{37, 0, 4, 2, 128}, Case{64, 5, 4, 2, 128}, Case{130, 200, 4, 1, 128},
-                        Case{70, 63, 8, 2, 64}, Case{200, 0, 16, 8, 128}}) {
+                        Case{70, 63, 8, 2, 64}, Case{200, 0, 16, 8, 128}, Case{70, 60, 8, 2, 256}}) {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (cuda::attention_prefill_smem_bytes(c.D) > prop.sharedMemPerBlockOptin) {
+      std::printf("skipping D %d: the prefill attention needs %zu bytes of shared memory, this GPU allows %zu\n", c.D,
+                  cuda::attention_prefill_smem_bytes(c.D), size_t(prop.sharedMemPerBlockOptin));
+      continue;
+    }
     const int n = c.p0 + c.T, KV = c.kv_heads * c.D, capacity = n + 80;
     const auto q = random_floats(size_t(c.T) * c.heads * c.D, uint64_t(c.T * 31 + c.p0), -2, 2);
     const auto k16 = to_bf16(random_floats(size_t(n) * KV, uint64_t(c.T) + 5, -2, 2));
@@ -237,10 +273,17 @@ TEST(CudaKernels, PrefillAttentionCausal) {
 
 TEST(CudaKernels, DecodeAttentionSplitKv) {
   MQ_REQUIRE_GPU();
-  for (int G : {1, 2, 4, 8}) {
+  struct Shape {
+    int D, G;
+  };
+  std::vector<Shape> shapes;
+  for (int G : {1, 2, 4, 8}) shapes.push_back({128, G});
+  for (int G : {1, 4}) shapes.push_back({256, G});  // Qwen3.5: head_dim 256, 4 query heads per kv head
+  for (const auto& [D, G] : shapes) {
+    ASSERT_TRUE(cuda::supported_group(D, G));
     for (int n : {1, 7, 100, 1000, 5000}) {
       for (int splits : {1, 3, 33, 64}) {
-        const int kv_heads = 2, heads = kv_heads * G, D = 128, KV = kv_heads * D;
+        const int kv_heads = 2, heads = kv_heads * G, KV = kv_heads * D;
         const auto q = random_floats(size_t(heads) * D, uint64_t(n * 13 + G), -2, 2);
         const auto k16 = to_bf16(random_floats(size_t(n) * KV, uint64_t(n) + 100, -2, 2));
         const auto v16 = to_bf16(random_floats(size_t(n) * KV, uint64_t(n) + 101));
@@ -254,7 +297,8 @@ TEST(CudaKernels, DecodeAttentionSplitKv) {
         cuda::attention_decode({dq.data(), kc.data(), vc.data(), dpos.data(), heads, kv_heads, D, splits,
                                 1.0f / std::sqrt(float(D)), po.data(), pml.data(), out.data()},
                                nullptr);
-        EXPECT_LE(rel_error(download(out), ref), kAttentionTolerance) << "G " << G << " n " << n << " splits " << splits;
+        EXPECT_LE(rel_error(download(out), ref), kAttentionTolerance)
+            << "D " << D << " G " << G << " n " << n << " splits " << splits;
       }
     }
   }

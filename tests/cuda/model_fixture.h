@@ -43,6 +43,23 @@ inline std::shared_ptr<const Model> tiny_model() {
   return model;
 }
 
+// The Qwen3.5 test presets ("tiny-hybrid": [linear, full], head_dim 64, rotary 16; "tiny-hybrid-gqa":
+// [full, linear, linear], 4 query heads on 1 kv head, 2 value heads per key head), with the real
+// 248,320-token vocabulary (kEmulatedTinyVocab on the emulated device).
+inline std::shared_ptr<const Model> tiny_hybrid_model(const std::string& preset) {
+  return load_model(synth_model_dir(preset, kEmulatedDevice ? kEmulatedTinyVocab : 0).string());
+}
+
+// Qwen3.5-0.8B's language-model shapes: MEGAQWEN_TEST_QWEN35_08B names an existing folder
+// (scripts/gpu-check.sh's hybrid stage passes its own), else one is written to the temporary folder.
+inline std::shared_ptr<const Model> qwen35_full_model() {
+  static std::shared_ptr<const Model> model = [] {
+    const char* env = std::getenv("MEGAQWEN_TEST_QWEN35_08B");
+    return load_model(env && *env ? std::string(env) : synth_model_dir("qwen3.5-0.8b").string());
+  }();
+  return model;
+}
+
 // n token ids below 151,000 (below 4,000 on the emulated device: inside the tiny model's vocabulary).
 inline std::vector<int32_t> random_ids(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

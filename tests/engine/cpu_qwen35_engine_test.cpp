@@ -142,6 +142,12 @@ TEST_F(CpuHybridEngineTest, NoiseFilledCache) {
   EXPECT_EQ(out, whole_prefill());
   // Only the attention layer's cache is per token: 1 layer x (k + v) x kv_dim floats.
   EXPECT_EQ(e.kv_bytes_per_token(), uint64_t(2 * model_->config.kv_dim() * sizeof(float)));
+  // The DeltaNet layers' states, read and written once per step: S [nv, dk, dv] and the conv window.
+  const ModelConfig& c = model_->config;
+  const uint64_t per_layer = uint64_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim +
+                             uint64_t(c.linear_conv_kernel - 1) * uint64_t(c.linear_conv_dim());
+  EXPECT_EQ(e.state_bytes_per_step(),
+            2 * sizeof(float) * per_layer * uint64_t(c.count_layers(LayerType::LinearAttention)));
 }
 
 // Generator's prefix reuse on the hybrid engine (what chat turns do): a second prompt that shares part

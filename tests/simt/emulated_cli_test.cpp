@@ -109,6 +109,24 @@ TEST_F(EmulatedCli, VerifyPassesBothDecodeKernels) {
   }
 }
 
+// A Qwen3.5 hybrid on the emulated device: `verify --device cuda` runs CudaHybridEngine (per-op
+// decode) against the CPU hybrid engine and passes; the megakernel is refused by name.
+TEST_F(EmulatedCli, VerifyPassesTheHybridEngine) {
+  const fs::path dir = test::process_temp_dir("megaqwen-test-emulated-cli") / "tiny-hybrid";
+  const Output s = run(std::string(MEGAQWEN_BINARY) + " synth --preset tiny-hybrid --vocab-size 4099 --seed 3 -t 2 --out " +
+                       dir.string());
+  ASSERT_EQ(s.status, 0) << s.out;
+  const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " verify -m " + dir.string() +
+                       " -d cuda -t 2 --positions 12 --decode 4 -n 6");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode: per-op (Qwen3.5 hybrid)"), std::string::npos) << r.out;
+  const Output mk = run(std::string(MEGAQWEN_EMULATED_BINARY) + " generate -m " + dir.string() +
+                        " -d cuda -t 2 -n 2 --ids \"1 2 3\" --decode-kernel megakernel");
+  EXPECT_NE(mk.status, 0) << mk.out;
+  EXPECT_NE(mk.out.find("the megakernel runs Qwen3 dense models only"), std::string::npos) << mk.out;
+}
+
 // `megaqwen bench --device cuda`: the benchmark's GPU path (device description, NVML's absence with
 // its reason, prefill and decode at two cache positions, the JSON record) runs through; the numbers
 // are the emulator's and mean nothing.

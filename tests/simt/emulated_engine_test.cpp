@@ -10,6 +10,7 @@
 
 #include "cuda/model_fixture.h"
 #include "megaqwen/cuda/cuda_engine.h"
+#include "megaqwen/cuda/cuda_hybrid_engine.h"
 #include "megaqwen/engine/create_engine.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/util/error.h"
@@ -31,13 +32,19 @@ class EmulatedDeviceTest : public ::testing::Test {
     change(c);
     simt_runtime::configure(c);
   }
-  // The engine's constructor must throw a message containing every one of `parts`, and free what it
-  // allocated on the way.
-  void expect_construction_fails(const cuda::CudaEngineOptions& options, std::initializer_list<std::string> parts) {
+  // The engine's constructor (CudaEngine on the tiny model, or CudaHybridEngine on tiny-hybrid) must
+  // throw a message containing every one of `parts`, and free what it allocated on the way.
+  void expect_construction_fails(const cuda::CudaEngineOptions& options, std::initializer_list<std::string> parts,
+                                 bool hybrid = false) {
     const uint64_t before = simt_runtime::stats().device_bytes;
     try {
-      cuda::CudaEngine engine(model_, options);
-      ADD_FAILURE() << "the engine was created: " << engine.device_name();
+      if (hybrid) {
+        cuda::CudaHybridEngine engine(test::tiny_hybrid_model("tiny-hybrid"), options);
+        ADD_FAILURE() << "the engine was created: " << engine.device_name();
+      } else {
+        cuda::CudaEngine engine(model_, options);
+        ADD_FAILURE() << "the engine was created: " << engine.device_name();
+      }
     } catch (const Error& e) {
       for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
@@ -73,11 +80,13 @@ TEST_F(EmulatedDeviceTest, AutoPicksTheEmulatedDevice) {
 TEST_F(EmulatedDeviceTest, TooLittleMemorySaysWhatItNeeds) {
   set([](simt_runtime::DeviceConfig& c) { c.memory = uint64_t(256) << 20; });
   expect_construction_fails({.context = 4096}, {"does not fit", "KV cache", "4096 tokens", "GiB", "--ctx"});
+  expect_construction_fails({.context = 4096}, {"does not fit", "recurrent states and snapshots", "--ctx"}, true);
 }
 
 TEST_F(EmulatedDeviceTest, TooLittleSharedMemoryForPrefillAttention) {
   set([](simt_runtime::DeviceConfig& c) { c.smem_optin = 48 * 1024; });
-  expect_construction_fails({.context = 64}, {"shared memory", "prefill attention needs"});
+  expect_construction_fails({.context = 64}, {"shared memory", "prefill attention for head_dim 128 needs"});
+  expect_construction_fails({.context = 64}, {"shared memory", "prefill attention for head_dim 64 needs"}, true);
 }
 
 TEST_F(EmulatedDeviceTest, MegakernelNeedsSm90AndSixteenSms) {

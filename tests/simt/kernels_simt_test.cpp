@@ -352,7 +352,7 @@ void check_qk_norm_rope(bool device_pos) {
   auto q = poisoned_f32(size_t(T) * size_t(Q));
   auto kc = poisoned_bf16(size_t(context) * size_t(KV)), vc = poisoned_bf16(size_t(context) * size_t(KV));
   simt::launch(dim3(unsigned(T), unsigned(heads + kv_heads)), dim3(32), [&] {
-    cuda::qk_norm_rope_kernel<D>(qkv.data(), heads, kv_heads, qn.data(), kn.data(), inv.data(),
+    cuda::qk_norm_rope_kernel<D>(qkv.data(), heads, kv_heads, false, D, qn.data(), kn.data(), inv.data(),
                                  device_pos ? &pos : nullptr, device_pos ? 12345 : p0, eps, q.data(),
                                  as_bf16(kc.data()), as_bf16(vc.data()));
   });

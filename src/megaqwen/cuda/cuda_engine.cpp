@@ -7,6 +7,7 @@
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
+#include "megaqwen/cuda/prefill_logits.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/error.h"
 
@@ -14,29 +15,18 @@ namespace megaqwen::cuda {
 
 namespace {
 
-constexpr int kDefaultContext = 4096;
-constexpr int kLogitRows = 128;          // rows of the LM head per pass in prefill_all_logits
-constexpr uint64_t kReserve = 512ull << 20;  // cuBLAS workspace, CUDA context, graph, allocator slack
-
-double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
-
-int resolve_context(const ModelConfig& c, int requested) {
-  const int context = requested > 0 ? requested : std::min(c.max_position_embeddings, kDefaultContext);
-  if (context > c.max_position_embeddings)
-    fail("context {} exceeds the model's max_position_embeddings {}", context, c.max_position_embeddings);
-  return context;
-}
-
 // The shapes the kernels are compiled for; checked once at load so a kernel never sees another.
 void check_shapes(const ModelConfig& c) {
   if (c.is_hybrid()) fail("the CUDA engine runs Qwen3 dense models only; {} is a hybrid model", c.model_type);
-  if (!supported_head_dim(c.head_dim)) fail("the CUDA engine supports head_dim 64 or 128, the model has {}", c.head_dim);
-  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0 || !supported_group(c.num_heads / c.num_kv_heads))
+  if (c.head_dim != 64 && c.head_dim != 128)
+    fail("the CUDA engine supports head_dim 64 or 128 for Qwen3 models, the model has {}", c.head_dim);
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0 ||
+      !supported_group(c.head_dim, c.num_heads / c.num_kv_heads))
     fail("the CUDA engine supports 1, 2, 4 or 8 query heads per kv head; the model has {} / {}", c.num_heads,
          c.num_kv_heads);
   for (int n : {c.hidden_size, c.q_dim(), c.intermediate_size})
     if (n % 8 != 0) fail("the CUDA engine needs hidden, q and intermediate sizes that are multiples of 8 (got {})", n);
-  if (c.hidden_size > 4096 || c.head_dim > 128)
+  if (c.hidden_size > 4096)
     fail("the CUDA engine's RMSNorm supports widths up to 4096 (hidden size {})", c.hidden_size);
 }
 
@@ -51,7 +41,7 @@ DecodeKernel parse_decode_kernel(const std::string& name) {
 
 CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options) {
   const ModelConfig& c = model.config;
-  const uint64_t context = uint64_t(resolve_context(c, options.context));
+  const uint64_t context = uint64_t(resolve_cuda_context(c, options.context));
   const uint64_t T = uint64_t(std::max(1, std::min<int>(options.prefill_chunk, int(context))));
   const uint64_t H = uint64_t(c.hidden_size), Q = uint64_t(c.q_dim()), KV = uint64_t(c.kv_dim()),
                  I = uint64_t(c.intermediate_size), V = uint64_t(c.vocab_size);
@@ -61,7 +51,7 @@ CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& opt
   p.kv_cache = 2ull * uint64_t(c.num_layers) * context * KV * 2;
   p.activations = 4 * T * (H + (Q + 2 * KV) + 2 * Q + 2 * I) + 2 * 2 * T * widest + 4 * uint64_t(kLogitRows) * V +
                   4 * 4 * V /* logits, scratch, counts, history */ + 4 * 64 * Q * 2 + 4 * (6 * widest);
-  p.reserve = kReserve;
+  p.reserve = kDeviceReserveBytes;
   return p;
 }
 
@@ -69,30 +59,13 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
     : model_(std::move(model)), options_(options) {
   const ModelConfig& c = model_->config;
   check_shapes(c);
-  context_ = resolve_context(c, options_.context);
+  context_ = resolve_cuda_context(c, options_.context);
   chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
 
-  std::string why;
-  if (!device_usable(&why, options_.device)) fail("--device cuda: {}", why);
-  CUDA_CHECK(cudaSetDevice(options_.device));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
-  device_name_ = "cuda:" + std::to_string(options_.device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
-                 std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, " +
-                 std::to_string(int(std::lround(gib(prop.totalGlobalMem)))) + " GiB)";
-  if (attention_prefill_smem_bytes(c.head_dim) > size_t(prop.sharedMemPerBlockOptin))
-    fail("{} allows {} bytes of shared memory per block; the prefill attention needs {}", prop.name,
-         prop.sharedMemPerBlockOptin, attention_prefill_smem_bytes(c.head_dim));
-
+  const cudaDeviceProp prop = open_cuda_device(options_.device, &device_name_);
+  check_prefill_attention_fits(prop, c.head_dim);
   // Fail with the numbers before allocating anything large.
-  const CudaMemoryPlan plan = plan_cuda_memory(*model_, options_);
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (plan.total() > free_bytes)
-    fail("the model does not fit on {}: it needs {:.2f} GiB (weights {:.2f}, KV cache {:.2f} for {} tokens, buffers "
-         "{:.2f}, reserve {:.2f}) but {:.2f} GiB of {:.2f} are free; ask for a smaller --ctx",
-         prop.name, gib(plan.total()), gib(plan.weights), gib(plan.kv_cache), context_, gib(plan.activations),
-         gib(plan.reserve), gib(free_bytes), gib(total_bytes));
+  check_memory_fits(prop, plan_cuda_memory(*model_, options_), context_);
 
   owned_stream_ = CudaStream::non_blocking();
   stream_ = owned_stream_.get();
@@ -136,10 +109,8 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   logits_.resize(V);
   CUDA_CHECK(cudaMemset(logits_.data(), 0, logits_.bytes()));
 
-  argmax_partial_.resize(size_t(kArgmaxMaxBlocks));
-  sampled_.resize(1);
+  sampler_ = DeviceSampler(c.vocab_size, stream_);
   host_logits_ = PinnedBuffer<float>(V);
-  host_token_ = PinnedBuffer<int32_t>(1);
 
   // The decode kernel for whole runs of tokens (generate_on_device).
   DecodeKernel choice = options_.decode_kernel;
@@ -174,11 +145,9 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-CudaEngine::~CudaEngine() {
-  // The megakernel and the cuBLAS handle (bound to the stream) go before owned_stream_: members are
-  // destroyed in reverse order of declaration.
-  if (graph_) cudaGraphExecDestroy(graph_);
-}
+// The megakernel, the graph and the cuBLAS handle (bound to the stream) go before owned_stream_:
+// members are destroyed in reverse order of declaration.
+CudaEngine::~CudaEngine() = default;
 
 std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
@@ -205,7 +174,6 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
   const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
   uint16_t* hi = p_hi_.data();
   uint16_t* lo = options_.split_activations ? p_lo_.data() : nullptr;
-  if (all_logits && p_logits_.size() == 0) p_logits_.resize(size_t(kLogitRows) * size_t(V));
 
   for (size_t begin = 0; begin < tokens.size(); begin += size_t(chunk_)) {
     const int T = int(std::min(size_t(chunk_), tokens.size() - begin));
@@ -218,8 +186,8 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
       // Attention block.
       rms_norm_split(p_x_.data(), w.input_norm.data(), T, H, eps, hi, lo, stream_);
       gemm_->gemm_split(hi, lo, w.qkv.data(), p_qkv_.data(), T, Q + 2 * KV, H, 0.0f);
-      qk_norm_rope({p_qkv_.data(), T, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm.data(), w.k_norm.data(),
-                    inv_freq_.data(), nullptr, p0, eps, p_q_.data(), k_layer(l), v_layer(l)},
+      qk_norm_rope({p_qkv_.data(), T, c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim, false, w.q_norm.data(),
+                    w.k_norm.data(), inv_freq_.data(), nullptr, p0, eps, p_q_.data(), k_layer(l), v_layer(l)},
                    stream_);
       attention_prefill({p_q_.data(), k_layer(l), v_layer(l), T, p0, c.num_heads, c.num_kv_heads, c.head_dim, scale,
                          p_attn_.data()},
@@ -233,22 +201,10 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
       gemm_->gemm_split(hi, lo, w.down.data(), p_x_.data(), T, H, I, 1.0f);  // x += act Wd^T
     }
     const bool last_chunk = begin + size_t(T) == tokens.size();
-    if (all_logits) {
-      for (int r0 = 0; r0 < T; r0 += kLogitRows) {
-        const int rows = std::min(kLogitRows, T - r0);
-        rms_norm_split(p_x_.data() + size_t(r0) * size_t(H), weights_.final_norm.data(), rows, H, eps, hi, lo, stream_);
-        gemm_->gemm_split(hi, lo, weights_.lm_head, p_logits_.data(), rows, V, H, 0.0f);
-        CUDA_CHECK(cudaMemcpyAsync(all_logits + (begin + size_t(r0)) * size_t(V), p_logits_.data(),
-                                   size_t(rows) * size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-        if (last_chunk && r0 + rows == T)
-          CUDA_CHECK(cudaMemcpyAsync(logits_.data(), p_logits_.data() + size_t(rows - 1) * size_t(V),
-                                     size_t(V) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-        CUDA_CHECK(cudaStreamSynchronize(stream_));  // p_logits_ is reused by the next pass
-      }
-    } else if (last_chunk) {
-      rms_norm_split(p_x_.data() + size_t(T - 1) * size_t(H), weights_.final_norm.data(), 1, H, eps, hi, lo, stream_);
-      gemm_->gemm_split(hi, lo, weights_.lm_head, logits_.data(), 1, V, H, 0.0f);
-    }
+    prefill_logits(*gemm_,
+                   {p_x_.data(), T, H, V, weights_.final_norm.data(), eps, weights_.lm_head, hi, lo,
+                    all_logits ? all_logits + begin * size_t(V) : nullptr, last_chunk, logits_.data()},
+                   p_logits_, stream_);
     // The host's token buffer and the cache must be consistent before the next chunk's copy.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     position_ += T;
@@ -268,8 +224,8 @@ void CudaEngine::enqueue_decode_step() {
     const CudaLayerWeights& w = weights_.layers[size_t(l)];
     rms_norm_f32(d_x_.data(), w.input_norm.data(), 1, H, eps, d_h_.data(), stream_);
     gemv_bf16(w.qkv.data(), d_h_.data(), Q + 2 * KV, H, d_qkv_.data(), GemvOut::Store, stream_);
-    qk_norm_rope({d_qkv_.data(), 1, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm.data(), w.k_norm.data(),
-                  inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(l), v_layer(l)},
+    qk_norm_rope({d_qkv_.data(), 1, c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim, false, w.q_norm.data(),
+                  w.k_norm.data(), inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(l), v_layer(l)},
                  stream_);
     attention_decode({d_q_.data(), k_layer(l), v_layer(l), pos, c.num_heads, c.num_kv_heads, c.head_dim, splits_, scale,
                       partial_o_.data(), partial_ml_.data(), d_attn_.data()},
@@ -288,27 +244,10 @@ void CudaEngine::run_decode_step(int32_t token) {
   // A pageable source: cudaMemcpyAsync returns once the 8 bytes are staged, so `in` may go away.
   const int32_t in[2] = {token, position_};
   CUDA_CHECK(cudaMemcpyAsync(step_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream_));
-  if (!options_.use_graph) {
-    enqueue_decode_step();
+  if (options_.use_graph) {
+    graph_.launch(stream_, [this] { enqueue_decode_step(); });
   } else {
-    if (!graph_) {
-      cudaGraph_t graph = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        enqueue_decode_step();
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      CUDA_CHECK(status);
-      graph_ = exec;  // only a graph that instantiated is kept (a failure retries the capture next step)
-    }
-    CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+    enqueue_decode_step();
   }
   ++position_;
 }
@@ -343,69 +282,8 @@ uint64_t CudaEngine::kv_bytes_per_token() const {
   return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * 2;  // bf16
 }
 
-// counts_[id] = occurrences of id in `history`; updated incrementally when the history only grew.
-void CudaEngine::update_penalty_counts(std::span<const int32_t> history) {
-  const int V = model_->config.vocab_size;
-  if (counts_.size() == 0) {
-    counts_.resize(size_t(V));
-    CUDA_CHECK(cudaMemsetAsync(counts_.data(), 0, counts_.bytes(), stream_));
-    counted_.clear();
-  }
-  const bool extends = history.size() >= counted_.size() &&
-                       std::equal(counted_.begin(), counted_.end(), history.begin());
-  size_t from = counted_.size();
-  if (!extends) {
-    CUDA_CHECK(cudaMemsetAsync(counts_.data(), 0, counts_.bytes(), stream_));
-    counted_.clear();
-    from = 0;
-  }
-  std::vector<int32_t> fresh;
-  for (size_t i = from; i < history.size(); ++i)
-    if (history[i] >= 0 && history[i] < V) fresh.push_back(history[i]);  // as the CPU Sampler: skip bad ids
-  counted_.assign(history.begin(), history.end());
-  if (fresh.empty()) return;
-  if (history_ids_.size() < fresh.size()) history_ids_.resize(std::max(fresh.size(), size_t(4096)));
-  CUDA_CHECK(cudaMemcpyAsync(history_ids_.data(), fresh.data(), fresh.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             stream_));
-  count_tokens(history_ids_.data(), int(fresh.size()), counts_.data(), stream_);
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // `fresh` is pageable and goes away
-}
-
 std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {
-  params.validate();
-  const int V = model_->config.vocab_size;
-  LogitTransform t;
-  t.seed = params.seed;
-  t.step = history.size();
-  if (params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-    update_penalty_counts(history);
-    t.counts = counts_.data();
-    t.repetition_penalty = params.repetition_penalty;
-    t.presence_penalty = params.presence_penalty;
-    t.frequency_penalty = params.frequency_penalty;
-  }
-  const bool filtered = (params.top_k > 0 && params.top_k < V) || params.top_p < 1.0f || params.min_p > 0.0f;
-  // A top-k above the device sampler's candidate count normalizes over the k on the CPU, which the
-  // device cannot reproduce, and the nucleus sampler's fixed point has a vocabulary limit: the host
-  // Sampler serves those (nullopt: the caller decodes to the host).
-  if (!params.greedy() && params.top_k > kSampleCandidates && params.top_k < V) return std::nullopt;
-  const bool top_k_off = params.top_k <= 0 || params.top_k >= V;
-  if (!params.greedy() && filtered && top_k_off && V >= kNucleusMaxVocab) return std::nullopt;
-  if (params.greedy()) {
-    argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
-  } else if (!filtered) {
-    t.temperature = params.temperature;
-    t.gumbel = true;  // argmax(l / T + Gumbel) is a draw from softmax(l / T)
-    argmax(logits_.data(), V, t, argmax_blocks(V), argmax_partial_.data(), sampled_.data(), stream_);
-  } else {
-    t.temperature = params.temperature;
-    if (sample_scratch_.size() == 0) sample_scratch_.resize(size_t(V));
-    sample_filtered(logits_.data(), V, t, {params.top_k, params.top_p, params.min_p}, sample_scratch_.data(),
-                    sampled_.data(), stream_);
-  }
-  CUDA_CHECK(cudaMemcpyAsync(host_token_.data(), sampled_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return host_token_.data()[0];
+  return sampler_.sample(logits_.data(), params, history);
 }
 
 // Whole runs of decode steps in the megakernel, drawing as sample_on_device would from the same

@@ -22,6 +22,9 @@
 #include "megaqwen/cuda/cuda_stream.h"
 #include "megaqwen/cuda/cuda_weights.h"
 #include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/cuda/device_sampler.h"
+#include "megaqwen/cuda/device_setup.h"
+#include "megaqwen/cuda/step_graph.h"
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/model/model.h"
 
@@ -48,10 +51,6 @@ struct CudaEngineOptions {
 };
 
 // Bytes the engine needs on the device for `model` and `options` (weights, KV cache, buffers).
-struct CudaMemoryPlan {
-  uint64_t weights = 0, kv_cache = 0, activations = 0, reserve = 0;
-  uint64_t total() const { return weights + kv_cache + activations + reserve; }
-};
 CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options);
 
 class CudaEngine final : public Engine {
@@ -101,7 +100,6 @@ class CudaEngine final : public Engine {
   void forward_prefill(std::span<const int32_t> tokens, float* all_logits);
   void enqueue_decode_step();
   void run_decode_step(int32_t token);
-  void update_penalty_counts(std::span<const int32_t> history);
   uint16_t* k_layer(int l) { return k_cache_.data() + size_t(l) * size_t(context_) * size_t(model_->config.kv_dim()); }
   uint16_t* v_layer(int l) { return v_cache_.data() + size_t(l) * size_t(context_) * size_t(model_->config.kv_dim()); }
 
@@ -111,7 +109,7 @@ class CudaEngine final : public Engine {
   int context_ = 0, position_ = 0, chunk_ = 0, splits_ = 1;
   CudaStream owned_stream_;   // declared before everything that works on it: destroyed after them
   cudaStream_t stream_ = nullptr;  // owned_stream_.get()
-  cudaGraphExec_t graph_ = nullptr;
+  StepGraph graph_;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
   std::unique_ptr<mk::Megakernel> megakernel_;  // null: per-operator decode only
   std::string decode_note_;
@@ -129,13 +127,8 @@ class CudaEngine final : public Engine {
   DeviceBuffer<float> d_x_, d_h_, d_qkv_, d_q_, d_attn_, d_act_;
   DeviceBuffer<float> partial_o_, partial_ml_;    // [heads, splits, D], [heads, splits, 2]
   DeviceBuffer<float> logits_;                    // [V]: the latest logits (prefill or decode)
-  // Sampling.
-  DeviceBuffer<uint64_t> argmax_partial_;
-  DeviceBuffer<float> sample_scratch_;            // [V]
-  DeviceBuffer<int32_t> counts_, history_ids_, sampled_;
-  std::vector<int32_t> counted_;                  // the history counts_ holds
+  DeviceSampler sampler_;
   PinnedBuffer<float> host_logits_;               // [V]
-  PinnedBuffer<int32_t> host_token_;              // [1]
 };
 
 }  // namespace megaqwen::cuda

@@ -4,8 +4,6 @@
 
 namespace megaqwen::cuda {
 
-namespace {
-
 DeviceBuffer<uint16_t> upload_bf16(const std::vector<uint16_t>& host) {
   DeviceBuffer<uint16_t> d(host.size());
   CUDA_CHECK(cudaMemcpy(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice));
@@ -19,14 +17,13 @@ DeviceBuffer<uint16_t> upload_matrix(const WeightMatrix& w) {
   return d;
 }
 
-DeviceBuffer<float> upload_vector(const WeightVector& w) {
-  const std::vector<float> host = vector_f32(w);
+DeviceBuffer<float> upload_f32(const std::vector<float>& host) {
   DeviceBuffer<float> d(host.size());
   CUDA_CHECK(cudaMemcpy(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice));
   return d;
 }
 
-}  // namespace
+DeviceBuffer<float> upload_vector(const WeightVector& w) { return upload_f32(vector_f32(w)); }
 
 uint64_t CudaWeights::device_bytes() const {
   uint64_t n = embed.bytes() + final_norm.bytes() + lm_head_own.bytes();

@@ -41,4 +41,10 @@ uint64_t weight_device_bytes(const Model& model);
 
 CudaWeights upload_weights(const Model& model);
 
+// One tensor to the device (synchronous copies; the engines synchronize the device before first use).
+DeviceBuffer<uint16_t> upload_bf16(const std::vector<uint16_t>& host);
+DeviceBuffer<uint16_t> upload_matrix(const WeightMatrix& w);  // as bf16, converted if stored otherwise
+DeviceBuffer<float> upload_f32(const std::vector<float>& host);
+DeviceBuffer<float> upload_vector(const WeightVector& w);     // as fp32
+
 }  // namespace megaqwen::cuda

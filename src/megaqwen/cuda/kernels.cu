@@ -56,6 +56,12 @@ void fill_noise_bf16(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream
   CUDA_CHECK_LAUNCH("fill_noise_kernel");
 }
 
+void fill_noise_f32(float* dst, size_t n, float scale, uint32_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  launch_kernel(fill_noise_f32_kernel, elementwise_blocks(n, 256), 256, 0, stream, dst, n, scale, seed);
+  CUDA_CHECK_LAUNCH("fill_noise_f32_kernel");
+}
+
 void causal_conv(float* qkv, const uint16_t* conv, float* conv_state, int T, int C, int K, cudaStream_t stream) {
   if (K < 2 || K > kConvMaxTaps) unsupported("causal conv kernel size", K);
   if (T == 0 || C == 0) return;
@@ -101,25 +107,41 @@ void rms_norm_split(const float* x, const float* w, int rows, int n, float eps, 
   CUDA_CHECK_LAUNCH("rms_norm_kernel<Split>");
 }
 
-void qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
-  if (a.T == 0) return;
+namespace {
+template <int D>
+void launch_qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned(a.T), unsigned(a.heads + a.kv_heads));
+  launch_kernel(qk_norm_rope_kernel<D>, grid, 32, 0, stream, a.qkv, a.heads, a.kv_heads, a.gated, a.rotary_dim,
+                a.q_norm, a.k_norm, a.inv_freq, a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache),
+                as_bf16(a.v_cache));
+  CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+}
+}  // namespace
+
+void qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
+  if (a.rotary_dim < 2 || a.rotary_dim > a.head_dim || a.rotary_dim % 2 != 0) unsupported("rotary_dim", a.rotary_dim);
+  if (a.T == 0) return;
   switch (a.head_dim) {
-    case 64:
-      launch_kernel(qk_norm_rope_kernel<64>, grid, 32, 0, stream, a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm,
-                    a.inv_freq, a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache), as_bf16(a.v_cache));
-      break;
-    case 128:
-      launch_kernel(qk_norm_rope_kernel<128>, grid, 32, 0, stream, a.qkv, a.heads, a.kv_heads, a.q_norm, a.k_norm,
-                    a.inv_freq, a.pos_ptr, a.pos_base, a.eps, a.q_out, as_bf16(a.k_cache), as_bf16(a.v_cache));
-      break;
+    case 64: launch_qk_norm_rope<64>(a, stream); break;
+    case 128: launch_qk_norm_rope<128>(a, stream); break;
+    case 256: launch_qk_norm_rope<256>(a, stream); break;
     default: unsupported("head_dim", a.head_dim);
   }
-  CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+}
+
+void sigmoid_gate(float* x, const float* gate, int rows, int n, int gate_stride, cudaStream_t stream) {
+  const size_t total = size_t(rows) * size_t(n);
+  if (total == 0) return;
+  launch_kernel(sigmoid_gate_kernel, elementwise_blocks(total, 256), 256, 0, stream, x, gate, rows, n, gate_stride);
+  CUDA_CHECK_LAUNCH("sigmoid_gate_kernel");
 }
 
 size_t attention_prefill_smem_bytes(int head_dim) {
-  return head_dim == 64 ? PrefillSmem<64>::kBytes : PrefillSmem<128>::kBytes;
+  switch (head_dim) {
+    case 64: return PrefillSmem<64>::kBytes;
+    case 128: return PrefillSmem<128>::kBytes;
+    default: return PrefillSmem<256>::kBytes;
+  }
 }
 
 namespace {
@@ -149,6 +171,7 @@ void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
   switch (a.head_dim) {
     case 64: launch_prefill_attention<64>(a, stream); break;
     case 128: launch_prefill_attention<128>(a, stream); break;
+    case 256: launch_prefill_attention<256>(a, stream); break;
     default: unsupported("head_dim", a.head_dim);
   }
 }
@@ -166,12 +189,15 @@ void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) 
 }
 template <int D>
 void dispatch_group(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  switch (a.heads / a.kv_heads) {
+  const int g = a.heads / a.kv_heads;
+  if (!supported_group(D, g)) unsupported("GQA group", g);
+  switch (g) {
     case 1: launch_decode_attention<D, 1>(a, stream); break;
     case 2: launch_decode_attention<D, 2>(a, stream); break;
     case 4: launch_decode_attention<D, 4>(a, stream); break;
-    case 8: launch_decode_attention<D, 8>(a, stream); break;
-    default: unsupported("GQA group", a.heads / a.kv_heads);
+    default:
+      if constexpr (supported_group(D, 8)) launch_decode_attention<D, 8>(a, stream);
+      break;
   }
 }
 }  // namespace
@@ -180,6 +206,7 @@ void attention_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
   switch (a.head_dim) {
     case 64: dispatch_group<64>(a, stream); break;
     case 128: dispatch_group<128>(a, stream); break;
+    case 256: dispatch_group<256>(a, stream); break;
     default: unsupported("head_dim", a.head_dim);
   }
 }

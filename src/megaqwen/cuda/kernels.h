@@ -13,10 +13,11 @@
 
 namespace megaqwen::cuda {
 
-// Head sizes the attention and QK-norm kernels are compiled for (Qwen3: 128 everywhere).
-constexpr bool supported_head_dim(int d) { return d == 64 || d == 128; }
-// Query heads per KV head the decode attention is compiled for.
-constexpr bool supported_group(int g) { return g == 1 || g == 2 || g == 4 || g == 8; }
+// Head sizes the attention and QK-norm kernels are compiled for (Qwen3: 128 everywhere; Qwen3.5: 256).
+constexpr bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
+// Query heads per KV head the decode attention is compiled for at head size d (its per-block partial
+// outputs, 32 G d bytes, live in static shared memory: at most 8 heads at 128, 4 at 256).
+constexpr bool supported_group(int d, int g) { return (g == 1 || g == 2 || g == 4 || g == 8) && g * d <= 1024; }
 
 // ---- embedding, conversions ----
 // x[t, :] = fp32(table[tokens[t], :]); table [V, H] bf16, x [T, H] fp32.
@@ -25,6 +26,8 @@ void embed_rows(const uint16_t* table, int hidden, const int32_t* tokens, int T,
 void split_bf16(const float* x, size_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 // Deterministic noise in [-1, 1) as bf16 into dst[0, n), keyed by seed (benchmarks' deep caches).
 void fill_noise_bf16(uint16_t* dst, size_t n, uint32_t seed, cudaStream_t stream);
+// The same as fp32 in [-scale, scale) (the hybrid engine's recurrent states for deep benchmarks).
+void fill_noise_f32(float* dst, size_t n, float scale, uint32_t seed, cudaStream_t stream);
 
 // ---- RMSNorm (kernels/rmsnorm.cuh) ----
 // out[r, :] = w * (x[r, :] * rsqrt(mean(x[r, :]^2) + eps)) for r < rows; x, out [rows, n] fp32.
@@ -34,15 +37,19 @@ void rms_norm_split(const float* x, const float* w, int rows, int n, float eps, 
                     cudaStream_t stream);
 
 // ---- QK-norm + RoPE + KV append (kernels/rope_qknorm.cuh) ----
-// qkv [T, Q + 2KV] fp32 (q | k | v per token). Token t sits at position (pos_ptr ? *pos_ptr : pos_base) + t.
-// q_out [T, heads, D] fp32 = RoPE(RMSNorm_head(q; q_norm)); the cache rows of those positions get
-// bf16(RoPE(RMSNorm_head(k; k_norm))) and bf16(v). Caches are one layer's [context, kv_heads, D].
+// qkv [T, Q + 2KV] fp32 (q | k | v per token), or [T, 2Q + 2KV] (q | gate | k | v: `gated`). Token t
+// sits at position (pos_ptr ? *pos_ptr : pos_base) + t. q_out [T, heads, D] fp32 =
+// RoPE(RMSNorm_head(q; q_norm)); the cache rows of those positions get bf16(RoPE(RMSNorm_head(k;
+// k_norm))) and bf16(v). RoPE turns the first rotary_dim dims (even, <= D) and passes the rest.
+// Caches are one layer's [context, kv_heads, D].
 struct QkNormRopeArgs {
   const float* qkv;
   int T, heads, kv_heads, head_dim;
+  int rotary_dim;         // D for Qwen3; Qwen3.5 rotates a quarter of the head
+  bool gated;             // rows are q | gate | k | v
   const float* q_norm;    // [D]
   const float* k_norm;    // [D]
-  const float* inv_freq;  // [D/2]
+  const float* inv_freq;  // [rotary_dim / 2]
   const int32_t* pos_ptr; // device position of token 0 (decode), or null: pos_base (prefill)
   int pos_base;
   float eps;
@@ -51,6 +58,10 @@ struct QkNormRopeArgs {
   uint16_t* v_cache;
 };
 void qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream);
+
+// x[r, i] *= sigmoid(gate[r * gate_stride + i]) for r < rows, i < n: Qwen3.5's attention output gate
+// (gate_stride 2Q + 2KV, the gate rows read where the projection left them).
+void sigmoid_gate(float* x, const float* gate, int rows, int n, int gate_stride, cudaStream_t stream);
 
 // ---- attention (kernels/attention_prefill.cuh, kernels/attention_decode.cuh) ----
 // Causal attention of T new queries at positions p0..p0+T-1 over cache positions 0..p0+T-1.
@@ -101,6 +112,7 @@ void swiglu_split(const float* gu, int T, int I, uint16_t* hi, uint16_t* lo, cud
 // The steps of cpu_gated_delta_net.h for T tokens. qkv [T, C] fp32 with C = q [nk, dk] | k [nk, dk] |
 // v [nv, dv]; conv [C, K] bf16 with 2 <= K <= 8; conv_state [K-1, C] fp32, oldest first.
 // causal_conv: in place, qkv = SiLU(depthwise causal conv), conv_state advanced by T inputs.
+constexpr int kConvMaxTaps = 8;  // K of the causal conv (Qwen3.5: 4)
 void causal_conv(float* qkv, const uint16_t* conv, float* conv_state, int T, int C, int K, cudaStream_t stream);
 // q and k l2-normalized (l2_eps), q scaled by 1/sqrt(dk), beta = sigmoid(b), alpha = exp(-exp(A_log)
 // softplus(a + dt_bias)), then per token S = alpha S, S += k beta (v - S^T k)^T, o = S^T q. qkv is

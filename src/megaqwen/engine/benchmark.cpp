@@ -118,7 +118,8 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
     }
     // Mean cached tokens read per step over the run: depth+1 .. depth+n.
     const double mean_cached = depth + (n + 1) / 2.0;
-    res.bytes_per_token = weight_bytes + mean_cached * double(engine.kv_bytes_per_token());
+    res.bytes_per_token = weight_bytes + mean_cached * double(engine.kv_bytes_per_token()) +
+                          double(engine.state_bytes_per_step());
     res.achieved_gb_s = res.bytes_per_token * res.median_tok_s / 1e9;
     results.push_back(res);
   }

@@ -36,7 +36,8 @@ struct BenchResult {
   int tokens = 0, depth = 0;
   double median_tok_s = 0, min_tok_s = 0, max_tok_s = 0;
   double median_seconds = 0;           // per repeat
-  double bytes_per_token = 0;          // decode: weights + KV cache read per token (mean over the run)
+  double bytes_per_token = 0;          // decode: weights + KV cache read + recurrent state read and written,
+                                       // per token (mean over the run)
   double achieved_gb_s = 0;            // decode: bytes_per_token x median tok/s
   double joules = 0;                   // decode with an energy counter: energy over the timed repeats
   double average_watts = 0, tokens_per_joule = 0;  // from `joules` (0 when not measured)

@@ -16,7 +16,7 @@ constexpr int kDefaultContext = 4096;
 }  // namespace
 
 CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions options)
-    : model_(std::move(model)), pool_(options.threads) {
+    : model_(std::move(model)), pool_(options.threads), bf16_kv_cache_(options.bf16_kv_cache) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.max_position_embeddings, kDefaultContext);
   if (context_ > c.max_position_embeddings)
@@ -129,6 +129,10 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
       }
       std::memcpy(k_cache + (p0 + t) * KV, &k[size_t(t * KV)], size_t(KV) * sizeof(float));
       std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));
+      if (bf16_kv_cache_) {
+        cpu::round_to_bf16(k_cache + (p0 + t) * KV, KV);
+        cpu::round_to_bf16(v_cache + (p0 + t) * KV, KV);
+      }
     }
 
     // Causal attention: token t sees cache positions 0..p0+t; query head h reads kv head h/group.

@@ -15,6 +15,9 @@ namespace megaqwen {
 struct CpuEngineOptions {
   int context = 0;  // KV cache capacity; 0: min(max_position_embeddings, 4096)
   int threads = 0;  // 0: one per hardware thread
+  // Store k and v rounded to bf16, as the CUDA engines' cache does (kept in fp32 otherwise). For the
+  // GPU tests: against such a reference the cache's rounding cancels, and the bounds can be tight.
+  bool bf16_kv_cache = false;
 };
 
 class CpuEngine final : public Engine {
@@ -41,6 +44,7 @@ class CpuEngine final : public Engine {
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
+  bool bf16_kv_cache_ = false;
   int context_ = 0;
   int position_ = 0;
   std::vector<float> inv_freq_;     // [D/2] RoPE frequencies

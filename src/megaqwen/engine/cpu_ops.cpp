@@ -104,6 +104,10 @@ void rms_norm(const float* x, const WeightVector& w, double eps, int64_t n, floa
   for (int64_t i = 0; i < n; ++i) out[i] = weight_at(w, i) * (x[i] * scale);
 }
 
+void round_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 void rms_norm_zero_centered(const float* x, const WeightVector& w, double eps, int64_t n, float* out) {
   double sum_sq = 0;
   for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);

@@ -49,6 +49,9 @@ void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+// x[i] = bf16(x[i]) (round to nearest even), in place: what a bf16 cache keeps of an fp32 value.
+void round_to_bf16(float* x, int64_t n);
 // log(1 + e^x), and x itself above 20 as torch.nn.functional.softplus does (no overflow, same values).
 inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 

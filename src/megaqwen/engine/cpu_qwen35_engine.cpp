@@ -31,7 +31,8 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
         if (!model_->qwen35) fail("the hybrid CPU engine needs a Qwen3.5 model, not {}", model_->config.model_type);
         return *model_->qwen35;
       }()),
-      pool_(options.threads) {
+      pool_(options.threads),
+      bf16_kv_cache_(options.bf16_kv_cache) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.max_position_embeddings, kDefaultContext);
   if (context_ > c.max_position_embeddings)
@@ -51,7 +52,7 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   conv_floats_ = size_t(c.linear_conv_kernel - 1) * size_t(c.linear_conv_dim());
   recurrent_.assign(size_t(linear) * state_floats_, 0.0f);
   conv_state_.assign(size_t(linear) * conv_floats_, 0.0f);
-  tokens_.assign(size_t(context_), -1);
+  rollback_ = RecurrentRollback<States>(context_);
   inv_freq_ = cpu::rope_inv_freq(c.rotary_dim, c.rope_theta);
   logits_.resize(size_t(c.vocab_size));
 }
@@ -78,21 +79,11 @@ std::span<const float> CpuHybridEngine::decode(int32_t token) {
   return logits_;
 }
 
-// --- Rolling back: snapshots of the DeltaNet states and replay ---------------------------------------
-
-std::vector<int> CpuHybridEngine::snapshot_positions() const {
-  std::vector<int> out;
-  for (const Snapshot& s : snapshots_) out.push_back(s.position);
-  return out;
-}
+// --- Rolling back: snapshots of the DeltaNet states and replay (recurrent_rollback.h) ----------------
 
 void CpuHybridEngine::remember_states() {
   if (recurrent_.empty()) return;  // no DeltaNet layer: nothing to roll back
-  auto at = std::lower_bound(snapshots_.begin(), snapshots_.end(), position_,
-                             [](const Snapshot& s, int p) { return s.position < p; });
-  if (at != snapshots_.end() && at->position == position_) return;
-  snapshots_.insert(at, Snapshot{position_, recurrent_, conv_state_});
-  if (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+  rollback_.remember(position_, [this] { return States{recurrent_, conv_state_}; });
 }
 
 void CpuHybridEngine::truncate(int n) {
@@ -102,32 +93,24 @@ void CpuHybridEngine::truncate(int n) {
     position_ = n;
     return;
   }
-  // The KV cache needs nothing (entries past n are overwritten later); the DeltaNet states are rebuilt
-  // from the latest snapshot at or before n by replaying the tokens in between.
-  const Snapshot* from = nullptr;
-  for (const Snapshot& s : snapshots_)
-    if (s.position <= n) from = &s;
-  const int start = from ? from->position : 0;
-  for (int p = start; p < n; ++p)
-    if (tokens_[size_t(p)] < 0)
-      fail("cannot roll the cache back to {} tokens: position {} holds benchmark noise, not a token", n, p);
-
-  if (from) {
-    recurrent_ = from->recurrent;
-    conv_state_ = from->conv;
-  } else {
-    std::fill(recurrent_.begin(), recurrent_.end(), 0.0f);
-    std::fill(conv_state_.begin(), conv_state_.end(), 0.0f);
-  }
-  position_ = start;
-  // Snapshots past n describe tokens that are gone.
-  std::erase_if(snapshots_, [n](const Snapshot& s) { return s.position > n; });
-  if (n > start) {
-    const std::vector<int32_t> replay(tokens_.begin() + start, tokens_.begin() + n);
-    forward(replay, nullptr);
-    replayed_tokens_ += n - start;
-    remember_states();
-  }
+  // The KV cache needs nothing (entries past n are overwritten later); the DeltaNet states are rebuilt.
+  rollback_.roll_back(
+      n,
+      [this](const States* from) {
+        if (from) {
+          recurrent_ = from->recurrent;
+          conv_state_ = from->conv;
+        } else {
+          std::fill(recurrent_.begin(), recurrent_.end(), 0.0f);
+          std::fill(conv_state_.begin(), conv_state_.end(), 0.0f);
+        }
+      },
+      [this](int start, std::span<const int32_t> ids) {
+        position_ = start;
+        if (ids.empty()) return;
+        forward(ids, nullptr);
+        remember_states();
+      });
 }
 
 void CpuHybridEngine::fill_cache_with_noise(int n) {
@@ -143,8 +126,7 @@ void CpuHybridEngine::fill_cache_with_noise(int n) {
   // The DeltaNet states as after n tokens: bounded values (the decay keeps S bounded).
   for (float& s : recurrent_) s = n > 0 ? noise.next(0.1f) : 0.0f;
   for (float& s : conv_state_) s = n > 0 ? noise.next(1.0f) : 0.0f;
-  std::fill(tokens_.begin(), tokens_.end(), -1);
-  snapshots_.clear();
+  rollback_.forget_all();
   position_ = n;
   if (n > 0) remember_states();  // rolling back to n restores this noise; before n there is nothing
 }
@@ -178,8 +160,8 @@ void CpuHybridEngine::forward_chunk(std::span<const int32_t> tokens, float* all_
   // 1. Embedding lookup (no scaling); remember the ids for a later replay.
   for (int64_t t = 0; t < T; ++t) {
     cpu::matrix_row(w.embed, tokens[size_t(t)], &x[size_t(t * H)]);
-    tokens_[size_t(position_ + t)] = tokens[size_t(t)];
   }
+  rollback_.record(position_, tokens);
 
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const Qwen35LayerWeights& L = w.layers[l];
@@ -250,6 +232,10 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
     }
     std::memcpy(k_cache + (p0 + t) * KV, &k[size_t(t * KV)], size_t(KV) * sizeof(float));
     std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));
+    if (bf16_kv_cache_) {
+      cpu::round_to_bf16(k_cache + (p0 + t) * KV, KV);
+      cpu::round_to_bf16(v_cache + (p0 + t) * KV, KV);
+    }
   }
 
   // Causal attention: token t sees cache positions 0..p0+t; query head h reads kv head h/group.

@@ -8,11 +8,8 @@
 //   - DeltaNet layers: the recurrent state S per value head, [linear layers, nv, key dim, value dim],
 //     fp32, and the conv state, the last K-1 pre-conv inputs of every q|k|v channel.
 // The first part is indexed by position, so rolling it back is free. The DeltaNet states are not: they
-// summarize every token so far. truncate(n) therefore restores the latest snapshot of the states at a
-// position <= n and replays the remembered token ids from there to n (exact: the same computation
-// again). Snapshots are taken where a rollback is likely to land: at the end of every prefill call
-// (the prompt boundaries that Generator's prefix reuse returns to) and after a replay. At most
-// kMaxSnapshots are kept (the oldest is dropped first); without one, replay starts from position 0.
+// summarize every token so far. truncate(n) restores a snapshot of the states and replays tokens
+// (recurrent_rollback.h); snapshots are taken at the end of every prefill call and after a replay.
 #pragma once
 
 #include <memory>
@@ -20,6 +17,7 @@
 
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/engine/recurrent_rollback.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/thread_pool.h"
 
@@ -27,8 +25,10 @@ namespace megaqwen {
 
 class CpuHybridEngine final : public Engine {
  public:
-  // Snapshots of the DeltaNet states kept for truncate(); ~20 MiB each at Qwen3.5-0.8B's shapes.
-  static constexpr size_t kMaxSnapshots = 8;
+  struct States {
+    std::vector<float> recurrent, conv;
+  };
+  static constexpr size_t kMaxSnapshots = RecurrentRollback<States>::kMaxSnapshots;
 
   CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOptions options = {});
 
@@ -43,18 +43,15 @@ class CpuHybridEngine final : public Engine {
   void truncate(int n) override;
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
+  uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.size() + conv_state_.size()) * sizeof(float); }
 
   // Positions with a stored snapshot of the DeltaNet states, ascending (for tests and stats).
-  std::vector<int> snapshot_positions() const;
+  std::vector<int> snapshot_positions() const { return rollback_.snapshot_positions(); }
   // Tokens replayed by truncate() since construction (for tests: a rollback that lands on a snapshot
   // replays nothing).
-  int64_t replayed_tokens() const { return replayed_tokens_; }
+  int64_t replayed_tokens() const { return rollback_.replayed_tokens(); }
 
  private:
-  struct Snapshot {
-    int position = 0;
-    std::vector<float> recurrent, conv;
-  };
 
   // Runs `tokens` at positions position_.. and advances position_; logits of every token to
   // `all_logits` when given, the last token's to logits_.
@@ -73,6 +70,7 @@ class CpuHybridEngine final : public Engine {
   std::shared_ptr<const Model> model_;
   const Qwen35Weights& weights_;
   ThreadPool pool_;
+  bool bf16_kv_cache_ = false;
   int context_ = 0;
   int position_ = 0;
   std::vector<int> slot_;            // [L]: the layer's index among the layers of its type
@@ -83,9 +81,7 @@ class CpuHybridEngine final : public Engine {
   size_t conv_floats_ = 0;           // per DeltaNet layer: (K - 1) * C
   std::vector<float> recurrent_;     // [linear layers, nv, key dim, value dim]: S[i][j], key i, value j
   std::vector<float> conv_state_;    // [linear layers, K - 1, C]: the last K-1 pre-conv inputs, oldest first
-  std::vector<int32_t> tokens_;      // [context]: the ids in the cache, for replay; -1 = benchmark noise
-  std::vector<Snapshot> snapshots_;  // ascending position
-  int64_t replayed_tokens_ = 0;
+  RecurrentRollback<States> rollback_;  // token ids and snapshots for truncate()
   std::vector<float> logits_;        // [V]
 };
 

@@ -10,6 +10,7 @@
 #include "megaqwen/cuda/cublas_gemm.h"
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/cuda_engine.h"
+#include "megaqwen/cuda/cuda_hybrid_engine.h"
 #endif
 
 namespace megaqwen {
@@ -33,29 +34,28 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   const std::string& device = options.device;
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail("unknown device '{}'; choose auto, cpu or cuda", device);
-  // Qwen3.5 hybrid models (Gated DeltaNet + gated attention) have a CPU engine only so far.
-  if (model->config.is_hybrid()) {
-    if (device == "cuda")
-      fail("--device cuda: the CUDA engine does not run Qwen3.5 hybrid models ({}) yet; use --device cpu",
-           model->config.model_type);
-    if (device == "auto" && !options.quiet)
-      std::fprintf(stderr, "megaqwen: Qwen3.5 hybrid models run on the CPU engine\n");
-    return std::make_unique<CpuHybridEngine>(std::move(model), CpuEngineOptions{options.context, options.threads});
-  }
+  const bool hybrid = model->config.is_hybrid();  // Qwen3.5: Gated DeltaNet + gated attention
   std::string why;
   const bool want_cuda = device == "cuda" || (device == "auto" && cuda_available(&why));
   if (device == "cuda" && !cuda_available(&why)) fail("--device cuda: {}", why);
 #ifdef MEGAQWEN_HAVE_CUDA
-  if (want_cuda)
-    return std::make_unique<cuda::CudaEngine>(
-        std::move(model),
-        cuda::CudaEngineOptions{.context = options.context, .decode_kernel = cuda::parse_decode_kernel(options.decode_kernel)});
+  if (want_cuda) {
+    cuda::CudaEngineOptions o;
+    o.context = options.context;
+    o.decode_kernel = cuda::parse_decode_kernel(options.decode_kernel);
+    if (hybrid) return std::make_unique<cuda::CudaHybridEngine>(std::move(model), o);
+    return std::make_unique<cuda::CudaEngine>(std::move(model), o);
+  }
 #else
   (void)want_cuda;
 #endif
   if (device == "auto" && !options.quiet)
     std::fprintf(stderr, "megaqwen: no usable GPU (%s); running on the CPU\n", why.c_str());
-  return std::make_unique<CpuEngine>(std::move(model), CpuEngineOptions{options.context, options.threads});
+  CpuEngineOptions cpu;
+  cpu.context = options.context;
+  cpu.threads = options.threads;
+  if (hybrid) return std::make_unique<CpuHybridEngine>(std::move(model), cpu);
+  return std::make_unique<CpuEngine>(std::move(model), cpu);
 }
 
 }  // namespace megaqwen

@@ -41,6 +41,9 @@ class Engine {
   virtual void fill_cache_with_noise(int n) = 0;
   // Bytes of KV cache one decode step reads per cached token (for achieved-bandwidth figures).
   virtual uint64_t kv_bytes_per_token() const = 0;
+  // Bytes of fixed-size recurrent state one decode step reads and writes back (Qwen3.5's DeltaNet
+  // states and conv windows), whatever the position; 0 for a pure KV cache.
+  virtual uint64_t state_bytes_per_step() const { return 0; }
 
   // Optional: sampling where the logits are (the CUDA engine), so only the token id crosses to the
   // host. sample_on_device() draws from the logits of the latest prefill / decode / decode_only with

@@ -6,7 +6,7 @@
 // Qwen3-0.6B, all layers), and one block per kv head would use 8 of 132 SMs. Block (kv head, split)
 // reads its chunk of the cache once for all G = heads/kv_heads query heads of the group (GQA), so the
 // cache is read once per token. Inside a block, each half-warp walks positions (16 lanes x 16 bytes =
-// one 128-dim bf16 row), 8 half-warps in parallel, each keeping an online softmax (running max m,
+// one 128-dim bf16 row; 32 bytes a lane for Qwen3.5's 256), 8 half-warps in parallel, each keeping an online softmax (running max m,
 // sum l, unnormalized output o) in the log2 domain (q pre-scaled by log2(e)/sqrt(D), exp2f). The 8
 // streams merge through shared memory into one partial (m, l, o) per (head, split); a second kernel
 // merges the splits: o = sum_s o_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s.
@@ -22,7 +22,16 @@ constexpr int kDecodeAttnThreads = 128;
 constexpr int kDecodeAttnStreams = kDecodeAttnThreads / 16;
 
 template <int D>
-struct KvRow;  // the 16-byte (D = 128) or 8-byte (D = 64) slice of a cache row one lane loads
+struct KvRow;  // the 32-byte (D = 256), 16-byte (D = 128) or 8-byte (D = 64) slice of a cache row one lane loads
+template <>
+struct KvRow<256> {
+  static constexpr int P = 16;
+  __device__ static void load(const bf16* p, float f[16]) {
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+    unpack_bf16x8(__ldg(q), f);
+    unpack_bf16x8(__ldg(q + 1), f + 8);
+  }
+};
 template <>
 struct KvRow<128> {
   static constexpr int P = 8;
@@ -43,6 +52,7 @@ __global__ __launch_bounds__(kDecodeAttnThreads) void attention_decode_kernel(
   constexpr int S = kDecodeAttnStreams;
   __shared__ float sm_m[S][G], sm_l[S][G];
   __shared__ float sm_o[S][G][D];
+  static_assert(sizeof(sm_o) <= 32768, "the streams' partial outputs must fit the static shared memory");
 
   const int kvh = blockIdx.x, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane >> 4, sub = lane & 15;

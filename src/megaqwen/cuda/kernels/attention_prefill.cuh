@@ -22,7 +22,8 @@ namespace megaqwen::cuda {
 
 constexpr int kPrefillBQ = 64, kPrefillBK = 64, kPrefillThreads = 256;
 
-// Shared-memory layout (floats). Row strides are padded by 4 so the two row groups a warp reads
+// Shared-memory layout (floats): 66 KB at D = 64, 110 KB at 128, 210 KB at Qwen3.5's 256 (Hopper and
+// Ampere data-center parts allow up to 227 / 163 KB per block; the engine checks). Row strides are padded by 4 so the two row groups a warp reads
 // (ty and ty + 1, 4 rows apart) fall in different banks.
 template <int D>
 struct PrefillSmem {

@@ -1,5 +1,6 @@
 // Small elementwise kernels: embedding lookup, the bf16 split of fp32 activations, deterministic
-// noise for benchmark caches, token counting for the sampling penalties. Each thread handles one
+// noise for benchmark caches, token counting for the sampling penalties, Qwen3.5's attention output
+// gate. Each thread handles one
 // element (or one 8-element group for the embedding); all are memory-bound and tiny next to the GEMMs.
 #pragma once
 
@@ -37,9 +38,25 @@ __global__ void fill_noise_kernel(bf16* __restrict__ dst, size_t n, uint32_t see
   }
 }
 
+__global__ void fill_noise_f32_kernel(float* __restrict__ dst, size_t n, float scale, uint32_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = scale * float(uniform_at(seed, 0, uint32_t(i)) * 2.0 - 1.0);
+}
+
 __global__ void count_tokens_kernel(const int32_t* __restrict__ ids, int n, int32_t* __restrict__ counts) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) atomicAdd(counts + ids[i], 1);
+}
+
+// x[r, i] *= sigmoid(gate[r * gate_stride + i]) for r < rows, i < n: the gate rows sit inside the
+// q | gate | k | v projection rows, so they are read in place.
+__global__ void sigmoid_gate_kernel(float* __restrict__ x, const float* __restrict__ gate, int rows, int n,
+                                    int gate_stride) {
+  const size_t total = size_t(rows) * size_t(n);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t r = i / size_t(n), c = i % size_t(n);
+    x[i] *= 1.0f / (1.0f + expf(-gate[r * size_t(gate_stride) + c]));
+  }
 }
 
 }  // namespace megaqwen::cuda

@@ -18,11 +18,10 @@
 // in fp32 here and fp64 there.
 #pragma once
 
+#include "megaqwen/cuda/kernels.h"  // kConvMaxTaps
 #include "megaqwen/cuda/kernels/common.cuh"
 
 namespace megaqwen::cuda {
-
-constexpr int kConvMaxTaps = 8;  // K of the causal conv (Qwen3.5: 4)
 
 template <int kMaxTaps>
 __global__ void causal_conv_kernel(float* __restrict__ qkv, const bf16* __restrict__ w, float* __restrict__ state,

@@ -1,0 +1,56 @@
+#include "megaqwen/cuda/device_setup.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/kernels.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen::cuda {
+
+namespace {
+double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
+constexpr int kDefaultContext = 4096;
+}  // namespace
+
+int resolve_cuda_context(const ModelConfig& c, int requested) {
+  const int context = requested > 0 ? requested : std::min(c.max_position_embeddings, kDefaultContext);
+  if (context > c.max_position_embeddings)
+    fail("context {} exceeds the model's max_position_embeddings {}", context, c.max_position_embeddings);
+  return context;
+}
+
+cudaDeviceProp open_cuda_device(int device, std::string* name) {
+  std::string why;
+  if (!device_usable(&why, device)) fail("--device cuda: {}", why);
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (name)
+    *name = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
+            std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, " +
+            std::to_string(int(std::lround(gib(prop.totalGlobalMem)))) + " GiB)";
+  return prop;
+}
+
+void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim) {
+  if (attention_prefill_smem_bytes(head_dim) > size_t(prop.sharedMemPerBlockOptin))
+    fail("{} allows {} bytes of shared memory per block; the prefill attention for head_dim {} needs {}", prop.name,
+         prop.sharedMemPerBlockOptin, head_dim, attention_prefill_smem_bytes(head_dim));
+}
+
+void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, int context) {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (plan.total() <= free_bytes) return;
+  const std::string states =
+      plan.states ? fmt::format(", recurrent states and snapshots {:.2f}", gib(plan.states)) : std::string();
+  fail(
+      "the model does not fit on {}: it needs {:.2f} GiB (weights {:.2f}, KV cache {:.2f} for {} tokens{}, buffers "
+      "{:.2f}, reserve {:.2f}) but {:.2f} GiB of {:.2f} are free; ask for a smaller --ctx",
+      prop.name, gib(plan.total()), gib(plan.weights), gib(plan.kv_cache), context, states, gib(plan.activations),
+      gib(plan.reserve), gib(free_bytes), gib(total_bytes));
+}
+
+}  // namespace megaqwen::cuda

@@ -1,0 +1,38 @@
+// What both CUDA engines do before allocating: pick and check the device, describe it, and compare
+// the engine's memory plan with the device's free memory, failing with the numbers when it does not
+// fit (so a too-large --ctx is an error naming sizes, not an allocation failure halfway through).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "megaqwen/model/config.h"
+
+namespace megaqwen::cuda {
+
+// The KV cache capacity for a requested context (0: min(max_position_embeddings, 4096)); fails
+// beyond the model's max_position_embeddings.
+int resolve_cuda_context(const ModelConfig& c, int requested);
+
+// Bytes an engine needs on the device.
+struct CudaMemoryPlan {
+  uint64_t weights = 0, kv_cache = 0, states = 0, activations = 0, reserve = 0;  // states: recurrent + snapshots
+  uint64_t total() const { return weights + kv_cache + states + activations + reserve; }
+};
+
+// cuBLAS workspace, CUDA context, graph, allocator slack.
+constexpr uint64_t kDeviceReserveBytes = 512ull << 20;
+
+// Makes `device` current after checking that it is usable (fails naming why not); `name` gets its
+// description, e.g. "cuda:0 (NVIDIA H200, sm_90, 132 SMs, 140 GiB)".
+cudaDeviceProp open_cuda_device(int device, std::string* name);
+
+// Fails when the prefill attention's shared memory for head_dim exceeds the device's per-block limit.
+void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim);
+
+// Fails with the plan's parts and the device's free memory when the plan does not fit.
+void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, int context);
+
+}  // namespace megaqwen::cuda
