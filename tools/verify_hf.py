@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Compares megaqwen's CUDA engine with Hugging Face transformers on a full-size Qwen3 model.
+"""Compares megaqwen's CUDA engine with Hugging Face transformers on a full-size Qwen3 or Qwen3.5 model.
 
-The model is a folder (--model: e.g. the synthetic qwen3-0.6b that `megaqwen synth` writes, which is a
-Hugging Face layout) or, with --random-hf, a Qwen3-0.6B-shaped Qwen3ForCausalLM that transformers
+The model is a folder (--model: e.g. the synthetic qwen3-0.6b or qwen3.5-0.8b that `megaqwen synth`
+writes, which are Hugging Face layouts; a Qwen3.5 wrapper folder, model_type qwen3_5, loads as
+Qwen3_5ForConditionalGeneration, whose vision tower a text prompt never touches) or, with --random-hf, a Qwen3-0.6B-shaped Qwen3ForCausalLM that transformers
 initializes randomly and saves (bf16 safetensors) to --work. Then:
 
   megaqwen logits --model DIR --device cuda --ids "..." --out FILE     (all positions, float32)
@@ -54,9 +55,18 @@ def build_random_hf(work):
     return work
 
 
+def hf_model_class(model_dir):
+    import transformers
+    with open(os.path.join(model_dir, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    if model_type == "qwen3_5":  # the published Qwen3.5 layout: language model under a multimodal wrapper
+        return transformers.Qwen3_5ForConditionalGeneration
+    return transformers.AutoModelForCausalLM
+
+
 def hf_logits(model_dir, ids, dtype):
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda().eval()
+    cls = hf_model_class(model_dir)
+    model = cls.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda().eval()
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids], device="cuda"), use_cache=False).logits[0].float()
     del model
@@ -80,7 +90,7 @@ def compare(ours, ref):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", required=True, help="the megaqwen executable (or a wrapper setting LD_LIBRARY_PATH)")
-    ap.add_argument("--model", help="a Hugging Face layout Qwen3 folder")
+    ap.add_argument("--model", help="a Hugging Face layout Qwen3 or Qwen3.5 folder")
     ap.add_argument("--random-hf", action="store_true", help="build a random Qwen3-0.6B with transformers instead")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--positions", type=int, default=256)
