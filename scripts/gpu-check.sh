@@ -145,7 +145,7 @@ memcheck_stage() {
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found on this machine"; return 3; }
   MEGAQWEN_TEST_QWEN3_06B="$model" LD_LIBRARY_PATH="$libpath" "$sanitizer" --tool memcheck --error-exitcode 9 \
     --print-limit 20 build-gpu/bin/test_cuda \
-    --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*'
+    --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*:Presets/CudaHybridEngineTest.ChunkedPrefill*:Presets/CudaHybridEngineTest.Truncate*:CudaGatedDeltaNet.*'
 }
 
 # mk_bench NAME MODEL_DIR LIMIT: megaqwen bench (decode by position) with the megakernel and with the

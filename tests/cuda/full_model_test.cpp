@@ -1,7 +1,8 @@
 // The CUDA engine against CpuEngine at full Qwen3-0.6B size (synthetic weights, real shapes), through
 // verify_engine (src/megaqwen/engine/verify.h, what `megaqwen verify` runs): 128 positions of batched
 // prefill, 32 decode steps, then 64 greedy tokens drawn by Generator, once with the per-operator
-// decode and once with the megakernel (where this GPU runs it). 28 layers accumulate the bf16 KV-cache
+// decode and the fp32 prefill attention, once with the megakernel (where this GPU runs it) and the
+// tensor-core prefill attention. 28 layers accumulate the bf16 KV-cache
 // rounding, so the checks are verify's: top-1 agreement >= 99% per phase, near-ties (a flip where the
 // CPU's gap is within twice the phase's median error) forgiven; worst relative logit error <= 2e-2
 // (kGpuLogitTolerance of cuda_engine_test.cpp, same reasons); mean KL <= 1e-3, max KL <= 2e-2 nats.
@@ -33,7 +34,11 @@ TEST(CudaFullModel, Qwen3_06bMatchesCpuEngine) {
 
   CpuEngine cpu(model, {.context = 256, .threads = 0});
   for (cuda::DecodeKernel kernel : {cuda::DecodeKernel::PerOp, cuda::DecodeKernel::Auto}) {
-    cuda::CudaEngine gpu(model, {.context = 256, .decode_kernel = kernel});
+    // Both prefill attention kernels, one with each decode kernel: fp32 with the per-op decode, the
+    // default tensor-core one with Auto (the megakernel where it runs).
+    const bool tc = kernel == cuda::DecodeKernel::Auto;
+    cuda::CudaEngine gpu(model, {.context = 256, .tensor_core_prefill = tc, .decode_kernel = kernel});
+    std::printf("prefill attention: %s\n", tc ? "tensor cores" : "fp32");
     const VerifyReport r = verify_engine(cpu, gpu, options);
     std::printf("%s\n", r.candidate_device.c_str());
     for (const PhaseResult& p : r.phases) {

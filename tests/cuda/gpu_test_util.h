@@ -104,6 +104,13 @@ inline cuda::DeviceBuffer<uint16_t> poisoned_bf16(size_t n) {
   return d;
 }
 
+// Every element of `got` from `from` on is still the NaN poison (nothing was written past the output).
+inline bool guard_tail_intact(const std::vector<float>& got, size_t from) {
+  for (size_t i = from; i < got.size(); ++i)
+    if (!std::isnan(got[i])) return false;
+  return true;
+}
+
 // max|a - b| / max|b|; a non-finite a counts as infinite error.
 inline double rel_error(std::span<const float> a, std::span<const float> b) {
   double diff = 0, ref = 0;

@@ -242,20 +242,22 @@ cuda::DeviceBuffer<uint16_t> cache_with_poison_tail(const std::vector<uint16_t>&
 // fp32 arithmetic with exp2f and a different summation order than the fp64 reference: ~1e-6.
 constexpr double kAttentionTolerance = 2e-5;
 
+// The tensor-core kernel rounds q (after its scale) and the softmax weights to bf16: 2^-9 relative
+// each, which moves the output by ~1e-3 relative (measured below); a wrong mask, tile offset or
+// rescale moves it by 1e-1 or more.
+constexpr double kTcAttentionTolerance = 1e-2;
+
+// Both prefill kernels (fp32 CUDA cores; bf16 tensor cores) against fp64 attention over the same bf16
+// cache, outputs poisoned past the T rows (a write beyond them shows).
 TEST(CudaKernels, PrefillAttentionCausal) {
   MQ_REQUIRE_GPU();
   struct Case {
     int T, p0, heads, kv_heads, D;
   };
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   for (const Case& c : {Case{1, 0, 2, 1, 128}, Case{37, 0, 4, 2, 128}, Case{64, 5, 4, 2, 128}, Case{130, 200, 4, 1, 128},
                         Case{70, 63, 8, 2, 64}, Case{200, 0, 16, 8, 128}, Case{70, 60, 8, 2, 256}}) {
-    cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    if (cuda::attention_prefill_smem_bytes(c.D) > prop.sharedMemPerBlockOptin) {
-      std::printf("skipping D %d: the prefill attention needs %zu bytes of shared memory, this GPU allows %zu\n", c.D,
-                  cuda::attention_prefill_smem_bytes(c.D), size_t(prop.sharedMemPerBlockOptin));
-      continue;
-    }
     const int n = c.p0 + c.T, KV = c.kv_heads * c.D, capacity = n + 80;
     const auto q = random_floats(size_t(c.T) * c.heads * c.D, uint64_t(c.T * 31 + c.p0), -2, 2);
     const auto k16 = to_bf16(random_floats(size_t(n) * KV, uint64_t(c.T) + 5, -2, 2));
@@ -263,11 +265,26 @@ TEST(CudaKernels, PrefillAttentionCausal) {
     const auto ref = reference_attention(q, from_bf16(k16), from_bf16(v16), c.T, c.p0, c.heads, c.kv_heads, c.D, c.p0);
     auto dq = upload(q);
     auto kc = cache_with_poison_tail(k16, size_t(capacity) * KV), vc = cache_with_poison_tail(v16, size_t(capacity) * KV);
-    auto out = poisoned_f32(q.size());
-    cuda::attention_prefill({dq.data(), kc.data(), vc.data(), c.T, c.p0, c.heads, c.kv_heads, c.D,
-                             1.0f / std::sqrt(float(c.D)), out.data()},
-                            nullptr);
-    EXPECT_LE(rel_error(download(out), ref), kAttentionTolerance) << "T " << c.T << " p0 " << c.p0 << " D " << c.D;
+    for (bool tc : {false, true}) {
+      const size_t smem = tc ? cuda::attention_prefill_tc_smem_bytes(c.D) : cuda::attention_prefill_smem_bytes(c.D);
+      if (smem > prop.sharedMemPerBlockOptin) {
+        std::printf("skipping D %d (tensor cores %d): %zu bytes of shared memory, this GPU allows %zu\n", c.D, tc, smem,
+                    size_t(prop.sharedMemPerBlockOptin));
+        continue;
+      }
+      auto out = poisoned_f32(q.size() + size_t(c.heads * c.D));
+      const cuda::PrefillAttentionArgs args{dq.data(), kc.data(),  vc.data(), c.T, c.p0, c.heads, c.kv_heads, c.D,
+                                            1.0f / std::sqrt(float(c.D)), out.data()};
+      tc ? cuda::attention_prefill_tc(args, nullptr) : cuda::attention_prefill(args, nullptr);
+      auto got = download(out);
+      const std::string what = "T " + std::to_string(c.T) + " p0 " + std::to_string(c.p0) + " D " +
+                               std::to_string(c.D) + (tc ? " tensor cores" : " fp32");
+      EXPECT_TRUE(guard_tail_intact(got, q.size())) << what << ": wrote past the T rows";
+      got.resize(q.size());
+      const double err = rel_error(got, ref);
+      EXPECT_LE(err, tc ? kTcAttentionTolerance : kAttentionTolerance) << what;
+      RecordProperty(what, std::to_string(err));
+    }
   }
 }
 

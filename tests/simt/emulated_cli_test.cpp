@@ -121,6 +121,16 @@ TEST_F(EmulatedCli, VerifyPassesTheHybridEngine) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: per-op (Qwen3.5 hybrid)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prefill attention: tc"), std::string::npos) << r.out;
+  // The exact prefill attention on request, and a clear refusal of an unknown choice.
+  const Output fp32 = run("MEGAQWEN_PREFILL_ATTENTION=fp32 " + std::string(MEGAQWEN_EMULATED_BINARY) + " verify -m " +
+                          dir.string() + " -d cuda -t 2 --positions 8 --decode 2 -n 2");
+  ASSERT_EQ(fp32.status, 0) << fp32.out;
+  EXPECT_NE(fp32.out.find("prefill attention: fp32"), std::string::npos) << fp32.out;
+  const Output bad = run("MEGAQWEN_PREFILL_ATTENTION=fast " + std::string(MEGAQWEN_EMULATED_BINARY) + " generate -m " +
+                         dir.string() + " -d cuda -t 2 -n 2 --ids \"1 2 3\"");
+  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_NE(bad.out.find("MEGAQWEN_PREFILL_ATTENTION=fast: choose fp32 or tc"), std::string::npos) << bad.out;
   const Output mk = run(std::string(MEGAQWEN_EMULATED_BINARY) + " generate -m " + dir.string() +
                         " -d cuda -t 2 -n 2 --ids \"1 2 3\" --decode-kernel megakernel");
   EXPECT_NE(mk.status, 0) << mk.out;

@@ -63,7 +63,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
 
   const cudaDeviceProp prop = open_cuda_device(options_.device, &device_name_);
-  check_prefill_attention_fits(prop, c.head_dim);
+  check_prefill_attention_fits(prop, c.head_dim, options_.tensor_core_prefill);
   // Fail with the numbers before allocating anything large.
   check_memory_fits(prop, plan_cuda_memory(*model_, options_), context_);
 
@@ -137,6 +137,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
       decode_note_ = "per-op (" + why + ")";
     }
   }
+  device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
   device_name_ += ", decode: " + (megakernel_ ? std::string("megakernel") : std::string("per-op"));
   if (megakernel_ && megakernel_->ablate()) device_name_ += " (MEGAQWEN_MK_ABLATE=" + std::to_string(megakernel_->ablate()) + ")";
   // The whole device, not just stream_: the cudaMemset / cudaMemcpy calls above went to the legacy
@@ -189,9 +190,9 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
       qk_norm_rope({p_qkv_.data(), T, c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim, false, w.q_norm.data(),
                     w.k_norm.data(), inv_freq_.data(), nullptr, p0, eps, p_q_.data(), k_layer(l), v_layer(l)},
                    stream_);
-      attention_prefill({p_q_.data(), k_layer(l), v_layer(l), T, p0, c.num_heads, c.num_kv_heads, c.head_dim, scale,
-                         p_attn_.data()},
-                        stream_);
+      const PrefillAttentionArgs attn{p_q_.data(), k_layer(l), v_layer(l), T, p0, c.num_heads, c.num_kv_heads,
+                                      c.head_dim, scale, p_attn_.data()};
+      options_.tensor_core_prefill ? attention_prefill_tc(attn, stream_) : attention_prefill(attn, stream_);
       split_bf16(p_attn_.data(), size_t(T) * size_t(Q), hi, lo, stream_);
       gemm_->gemm_split(hi, lo, w.o.data(), p_x_.data(), T, H, Q, 1.0f);  // x += attn Wo^T
       // MLP block.

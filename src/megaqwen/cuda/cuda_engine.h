@@ -1,7 +1,8 @@
 // CudaEngine: the Qwen3 forward pass on one NVIDIA GPU, operator by operator.
 //
 // Prefill (a batch of tokens, chunked): cuBLAS bf16 GEMMs with fp32 accumulation for every linear
-// layer, own kernels for RMSNorm, QK-norm + RoPE + KV append, causal flash attention and SwiGLU.
+// layer, own kernels for RMSNorm, QK-norm + RoPE + KV append, causal flash attention (bf16 tensor
+// cores by default, tensor_core_prefill) and SwiGLU.
 // The residual stream and every activation stay fp32; a GEMM input is passed as the two-term bf16
 // split hi + lo (two GEMMs, ~16 significant bits, close to fp32) unless split_activations is off.
 // Decode (one token): bf16 GEMV kernels with fp32 input vectors, fused QK-norm/RoPE/append,
@@ -47,6 +48,7 @@ struct CudaEngineOptions {
   int prefill_chunk = 1024;       // tokens per prefill pass (activation memory grows with it)
   bool split_activations = true;  // prefill GEMM inputs as bf16 hi + lo (false: bf16 only, half the GEMM work)
   bool use_graph = true;          // replay the decode step as a CUDA graph (false: launch kernel by kernel)
+  bool tensor_core_prefill = true;  // prefill attention on bf16 tensor cores (false: the fp32 kernel)
   DecodeKernel decode_kernel = DecodeKernel::Auto;
 };
 

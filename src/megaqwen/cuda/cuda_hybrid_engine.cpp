@@ -94,7 +94,7 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
 
   const cudaDeviceProp prop = open_cuda_device(options_.device, &device_name_);
-  check_prefill_attention_fits(prop, c.head_dim);
+  check_prefill_attention_fits(prop, c.head_dim, options_.tensor_core_prefill);
   check_memory_fits(prop, plan_hybrid_memory(*model_, options_), context_);
 
   owned_stream_ = CudaStream::non_blocking();
@@ -152,6 +152,7 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   sampler_ = DeviceSampler(c.vocab_size, stream_);
   host_logits_ = PinnedBuffer<float>(w.V);
 
+  device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
   device_name_ += ", decode: per-op (Qwen3.5 hybrid)";
   // The uploads went to the legacy default stream, which stream_ (non-blocking) does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -239,9 +240,9 @@ void CudaHybridEngine::prefill_attention(const CudaHybridLayerWeights& w, int sl
       {p_mix_.data(), T, c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, true, w.q_norm.data(), w.k_norm.data(),
        inv_freq_.data(), nullptr, p0, float(c.rms_norm_eps), p_q_.data(), k_layer(slot), v_layer(slot)},
       stream_);
-  attention_prefill({p_q_.data(), k_layer(slot), v_layer(slot), T, p0, c.num_heads, c.num_kv_heads, c.head_dim,
-                     1.0f / std::sqrt(float(c.head_dim)), p_attn_.data()},
-                    stream_);
+  const PrefillAttentionArgs attn{p_q_.data(), k_layer(slot), v_layer(slot), T, p0, c.num_heads, c.num_kv_heads,
+                                  c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), p_attn_.data()};
+  options_.tensor_core_prefill ? attention_prefill_tc(attn, stream_) : attention_prefill(attn, stream_);
   sigmoid_gate(p_attn_.data(), p_mix_.data() + Q, T, Q, row, stream_);
   split_bf16(p_attn_.data(), size_t(T) * size_t(Q), hi, lo, stream_);
   gemm_->gemm_split(hi, lo, w.o.data(), p_x_.data(), T, H, Q, 1.0f);

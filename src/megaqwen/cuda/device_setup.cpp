@@ -34,10 +34,11 @@ cudaDeviceProp open_cuda_device(int device, std::string* name) {
   return prop;
 }
 
-void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim) {
-  if (attention_prefill_smem_bytes(head_dim) > size_t(prop.sharedMemPerBlockOptin))
-    fail("{} allows {} bytes of shared memory per block; the prefill attention for head_dim {} needs {}", prop.name,
-         prop.sharedMemPerBlockOptin, head_dim, attention_prefill_smem_bytes(head_dim));
+void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim, bool tensor_cores) {
+  const size_t need = tensor_cores ? attention_prefill_tc_smem_bytes(head_dim) : attention_prefill_smem_bytes(head_dim);
+  if (need > size_t(prop.sharedMemPerBlockOptin))
+    fail("{} allows {} bytes of shared memory per block; the {} prefill attention for head_dim {} needs {}", prop.name,
+         prop.sharedMemPerBlockOptin, tensor_cores ? "tensor-core" : "fp32", head_dim, need);
 }
 
 void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, int context) {

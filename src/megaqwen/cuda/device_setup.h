@@ -29,8 +29,9 @@ constexpr uint64_t kDeviceReserveBytes = 512ull << 20;
 // description, e.g. "cuda:0 (NVIDIA H200, sm_90, 132 SMs, 140 GiB)".
 cudaDeviceProp open_cuda_device(int device, std::string* name);
 
-// Fails when the prefill attention's shared memory for head_dim exceeds the device's per-block limit.
-void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim);
+// Fails when the prefill attention's shared memory for head_dim (the tensor-core kernel's or the fp32
+// one's) exceeds the device's per-block limit.
+void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim, bool tensor_cores);
 
 // Fails with the plan's parts and the device's free memory when the plan does not fit.
 void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, int context);

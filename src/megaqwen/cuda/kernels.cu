@@ -9,6 +9,7 @@
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels/attention_decode.cuh"
 #include "megaqwen/cuda/kernels/attention_prefill.cuh"
+#include "megaqwen/cuda/kernels/attention_prefill_tc.cuh"
 #include "megaqwen/cuda/kernels/common.cuh"
 #include "megaqwen/cuda/kernels/elementwise.cuh"
 #include "megaqwen/cuda/kernels/gated_delta_net.cuh"
@@ -144,27 +145,60 @@ size_t attention_prefill_smem_bytes(int head_dim) {
   }
 }
 
+size_t attention_prefill_tc_smem_bytes(int head_dim) {
+  switch (head_dim) {
+    case 64: return TcPrefillSmem<64>::kBytes;
+    case 128: return TcPrefillSmem<128>::kBytes;
+    default: return TcPrefillSmem<256>::kBytes;
+  }
+}
+
 namespace {
-template <int D>
-void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  // The attribute belongs to the function on the current device: set once per device (prefill is
-  // never captured in a graph, where the call would not be allowed).
-  static std::atomic<uint64_t> configured{0};  // bit d: done on device d (devices 64.. every time)
+// A kernel's dynamic shared memory above 48 KB must be allowed once per device (prefill is never
+// captured in a graph, where the call would not be allowed). `configured` bit d: done on device d
+// (devices 64.. every time).
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes, std::atomic<uint64_t>& configured) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t(1) << device : 0;
-  if (bit == 0 || !(configured.load(std::memory_order_acquire) & bit)) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(PrefillSmem<D>::kBytes)));
-    configured.fetch_or(bit, std::memory_order_release);
-  }
+  if (bit && (configured.load(std::memory_order_acquire) & bit)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  configured.fetch_or(bit, std::memory_order_release);
+}
+
+template <int D>
+void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  static std::atomic<uint64_t> configured{0};
+  allow_dynamic_smem(attention_prefill_kernel<D>, PrefillSmem<D>::kBytes, configured);
   const dim3 grid(unsigned(div_up(a.T, kPrefillBQ)), unsigned(a.heads));
   const float scale_log2 = a.scale * 1.4426950408889634f;
   launch_kernel(attention_prefill_kernel<D>, grid, kPrefillThreads, PrefillSmem<D>::kBytes, stream, a.q,
                 as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
   CUDA_CHECK_LAUNCH("attention_prefill_kernel");
 }
+
+template <int D>
+void launch_prefill_attention_tc(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  static std::atomic<uint64_t> configured{0};
+  allow_dynamic_smem(attention_prefill_tc_kernel<D>, TcPrefillSmem<D>::kBytes, configured);
+  const dim3 grid(unsigned(div_up(a.T, kTcBQ)), unsigned(a.heads));
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  launch_kernel(attention_prefill_tc_kernel<D>, grid, kTcThreads, TcPrefillSmem<D>::kBytes, stream, a.q,
+                as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
+  CUDA_CHECK_LAUNCH("attention_prefill_tc_kernel");
+}
 }  // namespace
+
+void attention_prefill_tc(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  switch (a.head_dim) {
+    case 64: launch_prefill_attention_tc<64>(a, stream); break;
+    case 128: launch_prefill_attention_tc<128>(a, stream); break;
+    case 256: launch_prefill_attention_tc<256>(a, stream); break;
+    default: unsupported("head_dim", a.head_dim);
+  }
+}
 
 void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
   if (a.T == 0) return;

@@ -74,9 +74,14 @@ struct PrefillAttentionArgs {
   float scale;  // 1/sqrt(D)
   float* out;
 };
+// fp32 on the CUDA cores (kernels/attention_prefill.cuh): as exact as the CPU reference's order allows.
 void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream);
-// Bytes of dynamic shared memory attention_prefill asks for (checked against the device limit).
+// bf16 tensor cores, fp32 accumulation (kernels/attention_prefill_tc.cuh): q and the softmax weights
+// rounded to bf16 (~1e-3 relative), ~10x fewer cycles on long prompts. sm_80 or newer.
+void attention_prefill_tc(const PrefillAttentionArgs& a, cudaStream_t stream);
+// Bytes of dynamic shared memory each asks for (checked against the device limit).
 size_t attention_prefill_smem_bytes(int head_dim);
+size_t attention_prefill_tc_smem_bytes(int head_dim);
 
 // One query per head at position n-1 where n = *pos_ptr + 1, over cache positions 0..n-1, split into
 // `splits` chunks (flash-decoding): partial_o [heads, splits, D], partial_ml [heads, splits, 2] are

@@ -1,6 +1,8 @@
 #include "megaqwen/engine/create_engine.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/cpu_qwen35_engine.h"
@@ -43,6 +45,12 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
     cuda::CudaEngineOptions o;
     o.context = options.context;
     o.decode_kernel = cuda::parse_decode_kernel(options.decode_kernel);
+    // MEGAQWEN_PREFILL_ATTENTION=fp32 picks the exact CUDA-core prefill attention (tc: the default).
+    if (const char* env = std::getenv("MEGAQWEN_PREFILL_ATTENTION"); env && *env) {
+      const std::string v = env;
+      if (v != "fp32" && v != "tc") fail("MEGAQWEN_PREFILL_ATTENTION={}: choose fp32 or tc", v);
+      o.tensor_core_prefill = v == "tc";
+    }
     if (hybrid) return std::make_unique<cuda::CudaHybridEngine>(std::move(model), o);
     return std::make_unique<cuda::CudaEngine>(std::move(model), o);
   }
