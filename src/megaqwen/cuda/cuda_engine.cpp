@@ -97,7 +97,6 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
 
   // Split the cache of each kv head over about two blocks per SM at long context.
   splits_ = std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64);
-  step_.resize(2);
   d_x_.resize(H);
   d_h_.resize(H);
   d_qkv_.resize(Q + 2 * KV);
@@ -110,7 +109,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   CUDA_CHECK(cudaMemset(logits_.data(), 0, logits_.bytes()));
 
   sampler_ = DeviceSampler(c.vocab_size, stream_);
-  host_logits_ = PinnedBuffer<float>(V);
+  step_ = DecodeStep(V);
 
   // The decode kernel for whole runs of tokens (generate_on_device).
   DecodeKernel choice = options_.decode_kernel;
@@ -153,10 +152,7 @@ CudaEngine::~CudaEngine() = default;
 std::span<const float> CudaEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
   forward_prefill(tokens, nullptr);
-  const size_t V = size_t(model_->config.vocab_size);
-  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return {host_logits_.data(), V};
+  return step_.logits_to_host(logits_.data(), stream_);
 }
 
 void CudaEngine::prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
@@ -218,8 +214,8 @@ void CudaEngine::enqueue_decode_step() {
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
-  const int32_t* token = step_.data();
-  const int32_t* pos = step_.data() + 1;
+  const int32_t* token = step_.token();
+  const int32_t* pos = step_.position();
   embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);
   for (int l = 0; l < c.num_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers[size_t(l)];
@@ -242,23 +238,13 @@ void CudaEngine::enqueue_decode_step() {
 
 void CudaEngine::run_decode_step(int32_t token) {
   check_new_tokens(std::span<const int32_t>(&token, 1));
-  // A pageable source: cudaMemcpyAsync returns once the 8 bytes are staged, so `in` may go away.
-  const int32_t in[2] = {token, position_};
-  CUDA_CHECK(cudaMemcpyAsync(step_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream_));
-  if (options_.use_graph) {
-    graph_.launch(stream_, [this] { enqueue_decode_step(); });
-  } else {
-    enqueue_decode_step();
-  }
+  step_.run(stream_, token, position_, options_.use_graph, [this] { enqueue_decode_step(); });
   ++position_;
 }
 
 std::span<const float> CudaEngine::decode(int32_t token) {
   run_decode_step(token);
-  const size_t V = size_t(model_->config.vocab_size);
-  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return {host_logits_.data(), V};
+  return step_.logits_to_host(logits_.data(), stream_);
 }
 
 void CudaEngine::decode_only(int32_t token) { run_decode_step(token); }

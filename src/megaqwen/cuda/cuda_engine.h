@@ -25,7 +25,7 @@
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/cuda/device_sampler.h"
 #include "megaqwen/cuda/device_setup.h"
-#include "megaqwen/cuda/step_graph.h"
+#include "megaqwen/cuda/decode_step.h"
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/model/model.h"
 
@@ -111,7 +111,6 @@ class CudaEngine final : public Engine {
   int context_ = 0, position_ = 0, chunk_ = 0, splits_ = 1;
   CudaStream owned_stream_;   // declared before everything that works on it: destroyed after them
   cudaStream_t stream_ = nullptr;  // owned_stream_.get()
-  StepGraph graph_;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
   std::unique_ptr<mk::Megakernel> megakernel_;  // null: per-operator decode only
   std::string decode_note_;
@@ -125,12 +124,11 @@ class CudaEngine final : public Engine {
   DeviceBuffer<uint16_t> p_hi_, p_lo_;            // [T, max(H, Q, I)] bf16 split of a GEMM input
   DeviceBuffer<float> p_logits_;                  // [logit rows, V] for prefill_all_logits
   // Decode state: one token.
-  DeviceBuffer<int32_t> step_;                    // [2]: token, position
+  DecodeStep step_;                 // token and position on the device, the captured graph, host logits
   DeviceBuffer<float> d_x_, d_h_, d_qkv_, d_q_, d_attn_, d_act_;
   DeviceBuffer<float> partial_o_, partial_ml_;    // [heads, splits, D], [heads, splits, 2]
   DeviceBuffer<float> logits_;                    // [V]: the latest logits (prefill or decode)
   DeviceSampler sampler_;
-  PinnedBuffer<float> host_logits_;               // [V]
 };
 
 }  // namespace megaqwen::cuda

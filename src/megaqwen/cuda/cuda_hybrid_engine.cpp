@@ -138,7 +138,6 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   if (options_.split_activations) p_lo_.resize(T * w.gemm_in);
 
   splits_ = full ? std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64) : 1;
-  step_.resize(2);
   d_x_.resize(w.H);
   d_h_.resize(w.H);
   d_proj_.resize(w.proj);
@@ -150,7 +149,7 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   logits_.resize(w.V);
   CUDA_CHECK(cudaMemset(logits_.data(), 0, logits_.bytes()));
   sampler_ = DeviceSampler(c.vocab_size, stream_);
-  host_logits_ = PinnedBuffer<float>(w.V);
+  step_ = DecodeStep(w.V);
 
   device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
   device_name_ += ", decode: per-op (Qwen3.5 hybrid)";
@@ -171,10 +170,7 @@ std::span<const float> CudaHybridEngine::prefill(std::span<const int32_t> tokens
   if (tokens.empty()) fail("prefill needs at least one token");
   forward_prefill(tokens, nullptr);
   remember_states();
-  const size_t V = size_t(model_->config.vocab_size);
-  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return {host_logits_.data(), V};
+  return step_.logits_to_host(logits_.data(), stream_);
 }
 
 void CudaHybridEngine::prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
@@ -276,8 +272,8 @@ void CudaHybridEngine::enqueue_decode_step() {
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int C = c.linear_conv_dim(), Vd = c.linear_value_dim(), nv = c.linear_num_value_heads;
   const float eps = float(c.rms_norm_eps);
-  const int32_t* token = step_.data();
-  const int32_t* pos = step_.data() + 1;
+  const int32_t* token = step_.token();
+  const int32_t* pos = step_.position();
   float* proj = d_proj_.data();
   float* mixed = d_mix_out_.data();
   embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);
@@ -316,22 +312,13 @@ void CudaHybridEngine::enqueue_decode_step() {
 void CudaHybridEngine::run_decode_step(int32_t token) {
   check_new_tokens(std::span<const int32_t>(&token, 1));
   rollback_.record(position_, std::span<const int32_t>(&token, 1));
-  const int32_t in[2] = {token, position_};  // pageable: staged before cudaMemcpyAsync returns
-  CUDA_CHECK(cudaMemcpyAsync(step_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream_));
-  if (options_.use_graph) {
-    graph_.launch(stream_, [this] { enqueue_decode_step(); });
-  } else {
-    enqueue_decode_step();
-  }
+  step_.run(stream_, token, position_, options_.use_graph, [this] { enqueue_decode_step(); });
   ++position_;
 }
 
 std::span<const float> CudaHybridEngine::decode(int32_t token) {
   run_decode_step(token);
-  const size_t V = size_t(model_->config.vocab_size);
-  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return {host_logits_.data(), V};
+  return step_.logits_to_host(logits_.data(), stream_);
 }
 
 void CudaHybridEngine::decode_only(int32_t token) { run_decode_step(token); }

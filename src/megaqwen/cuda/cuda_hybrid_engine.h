@@ -28,7 +28,7 @@
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/cuda/device_sampler.h"
 #include "megaqwen/cuda/device_setup.h"
-#include "megaqwen/cuda/step_graph.h"
+#include "megaqwen/cuda/decode_step.h"
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/engine/recurrent_rollback.h"
 #include "megaqwen/model/model.h"
@@ -90,7 +90,6 @@ class CudaHybridEngine final : public Engine {
   std::vector<int> slot_;    // [L]: the layer's index among the layers of its type
   CudaStream owned_stream_;  // declared before everything that works on it: destroyed after them
   cudaStream_t stream_ = nullptr;
-  StepGraph graph_;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
   CudaHybridWeights weights_;
 
@@ -110,12 +109,11 @@ class CudaHybridEngine final : public Engine {
   DeviceBuffer<uint16_t> p_hi_, p_lo_;  // [T, max(H, Q, Vd, I)] bf16 split of a GEMM input
   DeviceBuffer<float> p_logits_;        // [kLogitRows, V] for prefill_all_logits
   // Decode: one token.
-  DeviceBuffer<int32_t> step_;  // [2]: token, position
+  DecodeStep step_;                 // token and position on the device, the captured graph, host logits
   DeviceBuffer<float> d_x_, d_h_, d_proj_, d_q_, d_mix_out_, d_act_;
   DeviceBuffer<float> partial_o_, partial_ml_;
   DeviceBuffer<float> logits_;  // [V]: the latest logits (prefill or decode)
   DeviceSampler sampler_;
-  PinnedBuffer<float> host_logits_;  // [V]
 };
 
 }  // namespace megaqwen::cuda

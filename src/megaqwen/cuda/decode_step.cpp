@@ -1,0 +1,46 @@
+#include "megaqwen/cuda/decode_step.h"
+
+#include "megaqwen/cuda/cuda_check.h"
+
+namespace megaqwen::cuda {
+
+DecodeStep::~DecodeStep() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+}
+
+void DecodeStep::run(cudaStream_t stream, int32_t token, int position, bool use_graph,
+                     const std::function<void()>& enqueue) {
+  const int32_t in[2] = {token, position};  // pageable: staged before cudaMemcpyAsync returns
+  CUDA_CHECK(cudaMemcpyAsync(io_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream));
+  if (!use_graph) {
+    enqueue();
+    return;
+  }
+  if (!exec_) {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue();
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(status);
+    exec_ = exec;
+  }
+  CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+std::span<const float> DecodeStep::logits_to_host(const float* logits, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits, host_logits_.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                             stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return {host_logits_.data(), host_logits_.size()};
+}
+
+}  // namespace megaqwen::cuda
