@@ -158,6 +158,32 @@ TEST_F(EmulatedCli, BenchRunsItsGpuPathAndWritesItsRecord) {
   EXPECT_EQ(j["results"][2]["depth"], 300);
 }
 
+// The same for a Qwen3.5 hybrid: decode from a noise-filled cache and noise DeltaNet states at depth
+// 300, and bytes per token that count the states read and written each step besides weights and KV.
+TEST_F(EmulatedCli, BenchRunsTheHybridEngine) {
+  const fs::path dir = test::process_temp_dir("megaqwen-test-emulated-cli") / "tiny-hybrid-bench";
+  const Output s = run(std::string(MEGAQWEN_BINARY) + " synth --preset tiny-hybrid-gqa --vocab-size 4099 --seed 4 -t 2 "
+                       "--out " + dir.string());
+  ASSERT_EQ(s.status, 0) << s.out;
+  const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / "bench-hybrid.json";
+  const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " bench -m " + dir.string() +
+                       " -d cuda --prompt-len 16 --depth 1,300 --tokens 2 --repeats 1 --warmup 0 --no-bandwidth-probe"
+                       " --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("| tg2@d300 |"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_NE(j["device"].get<std::string>().find("Qwen3.5 hybrid"), std::string::npos) << j["device"];
+  ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
+  // tiny-hybrid-gqa: 2 DeltaNet layers of 4 x 16 x 32 state floats and a 3 x 192 conv window, read and
+  // written (2 x 4 bytes); 1 attention layer of 1 x 64 bf16 k and v per cached token.
+  const double weights = j["model"]["weight_bytes_per_token"].get<double>();
+  const double state = 2.0 * 2 * 4 * (4 * 16 * 32 + 3 * 192), kv_per_token = 2 * 64 * 2;
+  const auto& deep = j["results"][2];
+  EXPECT_EQ(deep["depth"], 300);
+  EXPECT_DOUBLE_EQ(deep["bytes_per_token"].get<double>(), weights + state + (300 + 1.5) * kv_per_token) << deep.dump();
+}
+
 // `megaqwen chat --device cuda`: a scripted two-turn conversation (the real Qwen3 tokenizer and chat
 // template) replies as on the CPU, and the second turn reuses the first turn's cache on the device.
 TEST_F(EmulatedCli, ChatOnTheEmulatedDeviceRepliesAsTheCpuAndReusesTheCache) {
