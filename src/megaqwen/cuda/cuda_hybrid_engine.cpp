@@ -75,7 +75,7 @@ CudaMemoryPlan plan_hybrid_memory(const Model& model, const CudaEngineOptions& o
   CudaMemoryPlan p;
   p.weights = hybrid_weight_device_bytes(c);
   p.kv_cache = 2ull * full * context * w.KV * 2;
-  p.states = states * (1 + RecurrentRollback<int>::kMaxSnapshots);
+  p.states = states * (1 + kMaxStateSnapshots);
   p.activations = 4 * T * (w.H + w.mix + 2 * w.Q + 2 * w.Vd + 2 * w.nv + 2 * w.I) + 2 * 2 * T * w.gemm_in +
                   4 * uint64_t(kLogitRows) * w.V + 4 * 4 * w.V /* logits, scratch, counts, history */ +
                   4 * 64 * w.Q * 2 + 4 * (2 * w.H + w.proj + w.Q + std::max(w.Q, w.Vd) + w.I);

@@ -167,48 +167,36 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, std::atomic<uint64_t>& conf
   configured.fetch_or(bit, std::memory_order_release);
 }
 
-template <int D>
+// Both prefill attention kernels share their arguments and grid (query tiles x heads); they differ
+// in tile height, block size and shared memory.
+template <bool kTensorCores, int D>
 void launch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  static std::atomic<uint64_t> configured{0};
-  allow_dynamic_smem(attention_prefill_kernel<D>, PrefillSmem<D>::kBytes, configured);
-  const dim3 grid(unsigned(div_up(a.T, kPrefillBQ)), unsigned(a.heads));
+  static std::atomic<uint64_t> configured{0};  // one per kernel instantiation
+  const auto kernel = kTensorCores ? attention_prefill_tc_kernel<D> : attention_prefill_kernel<D>;
+  const size_t smem = kTensorCores ? TcPrefillSmem<D>::kBytes : PrefillSmem<D>::kBytes;
+  const int rows = kTensorCores ? kTcBQ : kPrefillBQ, threads = kTensorCores ? kTcThreads : kPrefillThreads;
+  allow_dynamic_smem(kernel, smem, configured);
+  const dim3 grid(unsigned(div_up(a.T, rows)), unsigned(a.heads));
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  launch_kernel(attention_prefill_kernel<D>, grid, kPrefillThreads, PrefillSmem<D>::kBytes, stream, a.q,
-                as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
-  CUDA_CHECK_LAUNCH("attention_prefill_kernel");
+  launch_kernel(kernel, grid, threads, smem, stream, a.q, as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads,
+                a.kv_heads, scale_log2, a.out);
+  CUDA_CHECK_LAUNCH(kTensorCores ? "attention_prefill_tc_kernel" : "attention_prefill_kernel");
 }
 
-template <int D>
-void launch_prefill_attention_tc(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  static std::atomic<uint64_t> configured{0};
-  allow_dynamic_smem(attention_prefill_tc_kernel<D>, TcPrefillSmem<D>::kBytes, configured);
-  const dim3 grid(unsigned(div_up(a.T, kTcBQ)), unsigned(a.heads));
-  const float scale_log2 = a.scale * 1.4426950408889634f;
-  launch_kernel(attention_prefill_tc_kernel<D>, grid, kTcThreads, TcPrefillSmem<D>::kBytes, stream, a.q,
-                as_bf16(a.k_cache), as_bf16(a.v_cache), a.T, a.p0, a.heads, a.kv_heads, scale_log2, a.out);
-  CUDA_CHECK_LAUNCH("attention_prefill_tc_kernel");
+template <bool kTensorCores>
+void dispatch_prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  switch (a.head_dim) {
+    case 64: launch_prefill_attention<kTensorCores, 64>(a, stream); break;
+    case 128: launch_prefill_attention<kTensorCores, 128>(a, stream); break;
+    case 256: launch_prefill_attention<kTensorCores, 256>(a, stream); break;
+    default: unsupported("head_dim", a.head_dim);
+  }
 }
 }  // namespace
 
-void attention_prefill_tc(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  if (a.T == 0) return;
-  switch (a.head_dim) {
-    case 64: launch_prefill_attention_tc<64>(a, stream); break;
-    case 128: launch_prefill_attention_tc<128>(a, stream); break;
-    case 256: launch_prefill_attention_tc<256>(a, stream); break;
-    default: unsupported("head_dim", a.head_dim);
-  }
-}
-
-void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  if (a.T == 0) return;
-  switch (a.head_dim) {
-    case 64: launch_prefill_attention<64>(a, stream); break;
-    case 128: launch_prefill_attention<128>(a, stream); break;
-    case 256: launch_prefill_attention<256>(a, stream); break;
-    default: unsupported("head_dim", a.head_dim);
-  }
-}
+void attention_prefill(const PrefillAttentionArgs& a, cudaStream_t stream) { dispatch_prefill_attention<false>(a, stream); }
+void attention_prefill_tc(const PrefillAttentionArgs& a, cudaStream_t stream) { dispatch_prefill_attention<true>(a, stream); }
 
 namespace {
 template <int D, int G>

@@ -18,11 +18,14 @@
 
 namespace megaqwen {
 
+// Snapshots kept per sequence (~20 MiB each at Qwen3.5-0.8B's shapes); engines count them in their
+// memory plans.
+constexpr size_t kMaxStateSnapshots = 8;
+
 template <class State>
 class RecurrentRollback {
  public:
-  // ~20 MiB each at Qwen3.5-0.8B's shapes.
-  static constexpr size_t kMaxSnapshots = 8;
+  static constexpr size_t kMaxSnapshots = kMaxStateSnapshots;
 
   explicit RecurrentRollback(int context = 0) : tokens_(size_t(context), -1) {}
 
