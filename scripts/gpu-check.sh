@@ -19,8 +19,9 @@
 #             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
 #             runs it alone (~330 s)
 #   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the CudaHybridEngine tests (tiny + full 0.8B),
-#             megaqwen verify, tools/verify_hf.py against transformers' Qwen3.5, and a bench (its JSON
-#             is printed into the log: the 8 files are taken)
+#             megaqwen verify, tools/verify_hf.py against transformers' Qwen3.5, a bench and a prefill
+#             bench with MEGAQWEN_DELTANET_PREFILL=sequential (JSON printed into the log: the 8 files
+#             are taken)
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
 #             bench; MEGAQWEN_STAGES="env mk-sizes" runs it alone (~8 min)
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
@@ -121,9 +122,13 @@ hybrid_stage() {
   MEGAQWEN_TEST_QWEN35_08B="$hybrid_model" /tmp/mq-bin/test_cuda --gtest_filter='*Hybrid*' || rc=1
   timeout 90 $mq verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
   timeout 120 python3 tools/verify_hf.py --binary "$mq" --model "$hybrid_model" --positions 128 || rc=1
-  $mq bench --model "$hybrid_model" --device cuda --prompt-len 512 --depth 1,512,4096 --tokens 64 --repeats 3 \
+  $mq bench --model "$hybrid_model" --device cuda --prompt-len 512,4096 --depth 1,512,4096 --tokens 64 --repeats 3 \
     --json /tmp/hybrid-bench.json || rc=1
   echo "HYBRID BENCH JSON"; cat /tmp/hybrid-bench.json 2>/dev/null; echo
+  # What the chunked delta rule buys in prefill: the same prompts with the token-by-token kernel.
+  MEGAQWEN_DELTANET_PREFILL=sequential timeout 60 $mq bench --model "$hybrid_model" --device cuda \
+    --prompt-len 512,4096 --depth 1 --tokens 8 --repeats 3 --json /tmp/hybrid-bench-seq.json || rc=1
+  echo "HYBRID SEQUENTIAL DELTANET BENCH JSON"; cat /tmp/hybrid-bench-seq.json 2>/dev/null; echo
   return $rc
 }
 bench_stage() {

@@ -1,4 +1,4 @@
-// The Gated DeltaNet kernels (kernels/gated_delta_net.cuh) against the CPU reference's own steps
+// The Gated DeltaNet kernels (kernels/gated_delta_net.cuh, gated_delta_net_chunked.cuh) against the CPU reference's own steps
 // (cpu_gated_delta_net.h, which CpuHybridEngine runs and the transformers parity tests hold) on fresh
 // random inputs, outputs poisoned with NaN first. Chunks run back to back (1 token, then 7, then 1),
 // so the conv and recurrent states carried between calls are checked too, at the tiny test models'
@@ -91,6 +91,56 @@ TEST(CudaGatedDeltaNet, DeltaRuleMatchesCpuAcrossChunks) {
   }
 }
 
+// The chunked form (gated_delta_net_chunked.cuh) against the same CPU steps, on prompts that end
+// inside a chunk, on one, and at one token (a chunk of 31 padded rows), the state carried between
+// calls; the workspace poisoned with NaN before every call, so a padded row or a record the scan reads
+// before the prepare kernel wrote it shows. Three decay regimes: the models' usual range, decays so
+// strong that e^G underflows to 0 inside a chunk (exp(-50) per token), and almost none (a ~ 1).
+// Measured against the CPU steps: <= 2.8e-6 relative on outputs, 1.2e-6 on states (the other
+// summation order, and exp of a sum for a product of exps), so the sequential kernel's 1e-5 holds here
+// too; a scan that forgets the state's decay at a chunk's end misses by 4.9 .. 9.3.
+TEST(CudaGatedDeltaNet, ChunkedDeltaRuleMatchesCpuAcrossChunks) {
+  MQ_REQUIRE_GPU();
+  ThreadPool pool(2);
+  struct Decay {
+    const char* name;
+    float a_lo, a_hi;
+  };
+  const Decay decays[] = {{"usual", -3, 3}, {"vanishing", 30, 50}, {"none", -30, -20}};
+  const int chunks[] = {1, 45, 32, 70, 300};
+  for (const Shape& s : kShapes) {
+    for (const Decay& decay : decays) {
+      SCOPED_TRACE(testing::Message() << "nk " << s.nk << ", nv " << s.nv << ", dk " << s.dk << ", dv " << s.dv
+                                      << ", decay " << decay.name);
+      const cpu::DeltaNetShape shape{s.nk, s.nv, s.dk, s.dv};
+      const size_t C = size_t(shape.conv_dim()), state_size = size_t(s.nv) * size_t(s.dk) * size_t(s.dv);
+      const auto A_log = random_floats(size_t(s.nv), 21, -1, 1), dt_bias = random_floats(size_t(s.nv), 22, -1, 1);
+      std::vector<float> states = random_floats(state_size, 23, -0.5f, 0.5f);
+      auto dA = upload(A_log), ddt = upload(dt_bias), dstates = upload(states);
+      uint64_t seed = 1600;
+      for (int T : chunks) {
+        const auto qkv = random_floats(size_t(T) * C, seed++, -2, 2);
+        const auto b = random_floats(size_t(T) * size_t(s.nv), seed++, -3, 3);
+        const auto a = random_floats(size_t(T) * size_t(s.nv), seed++, decay.a_lo, decay.a_hi);
+        std::vector<float> normed = qkv, beta(b.size()), g(b.size()), want(size_t(T) * size_t(s.nv) * size_t(s.dv));
+        cpu::delta_net_gates(shape, f32_vector(A_log), f32_vector(dt_bias), normed.data(), b.data(), a.data(), T,
+                             beta.data(), g.data());
+        cpu::delta_rule(shape, states.data(), normed.data(), beta.data(), g.data(), T, want.data(), pool);
+
+        auto dqkv = upload(qkv), db = upload(b), da = upload(a);
+        auto o = poisoned_f32(want.size());
+        auto workspace = poisoned_f32(cuda::delta_rule_chunked_workspace_floats(T, s.nk, s.nv, s.dk, s.dv));
+        cuda::delta_rule_chunked({dqkv.data(), db.data(), da.data(), dA.data(), ddt.data(), dstates.data(), o.data(),
+                                  T, s.nk, s.nv, s.dk, s.dv, float(cpu::kDeltaNetL2NormEps)},
+                                 workspace.data(), nullptr);
+        EXPECT_LE(rel_error(download(o), want), kTolerance) << "o, T " << T;
+        EXPECT_LE(rel_error(download(dstates), states), kTolerance) << "states after T " << T;
+        EXPECT_EQ(download(dqkv), qkv) << "qkv is read only";
+      }
+    }
+  }
+}
+
 TEST(CudaGatedDeltaNet, GatedRmsNormMatchesCpuInPlaceToo) {
   MQ_REQUIRE_GPU();
   for (int n : {16, 128, 200}) {
@@ -122,6 +172,10 @@ TEST(CudaGatedDeltaNet, UnsupportedShapesAreErrors) {
   a.nv = 2;
   a.dk = 256;
   EXPECT_THROW(cuda::delta_rule(a, nullptr), std::exception);  // dk beyond 128
+  EXPECT_THROW(cuda::delta_rule_chunked(a, buf.data(), nullptr), std::exception);
+  a.nv = 3;
+  a.dk = 8;
+  EXPECT_THROW(cuda::delta_rule_chunked(a, buf.data(), nullptr), std::exception);
 }
 
 }  // namespace

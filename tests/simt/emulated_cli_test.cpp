@@ -110,18 +110,31 @@ TEST_F(EmulatedCli, VerifyPassesBothDecodeKernels) {
 }
 
 // A Qwen3.5 hybrid on the emulated device: `verify --device cuda` runs CudaHybridEngine (per-op
-// decode) against the CPU hybrid engine and passes; the megakernel is refused by name.
+// decode) against the CPU hybrid engine and passes, with either prefill attention and either form of
+// the delta rule; the megakernel is refused by name.
 TEST_F(EmulatedCli, VerifyPassesTheHybridEngine) {
   const fs::path dir = test::process_temp_dir("megaqwen-test-emulated-cli") / "tiny-hybrid";
   const Output s = run(std::string(MEGAQWEN_BINARY) + " synth --preset tiny-hybrid --vocab-size 4099 --seed 3 -t 2 --out " +
                        dir.string());
   ASSERT_EQ(s.status, 0) << s.out;
   const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " verify -m " + dir.string() +
-                       " -d cuda -t 2 --positions 12 --decode 4 -n 6");
+                       " -d cuda -t 2 --positions 20 --decode 4 -n 6");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: per-op (Qwen3.5 hybrid)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("prefill attention: tc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DeltaNet prefill: chunked"), std::string::npos) << r.out;
+  // The token-by-token delta rule on request (20 prompt tokens: the chunked form's range), and a
+  // clear refusal of an unknown choice.
+  const Output seq = run("MEGAQWEN_DELTANET_PREFILL=sequential " + std::string(MEGAQWEN_EMULATED_BINARY) +
+                         " verify -m " + dir.string() + " -d cuda -t 2 --positions 20 --decode 2 -n 2");
+  ASSERT_EQ(seq.status, 0) << seq.out;
+  EXPECT_NE(seq.out.find("DeltaNet prefill: sequential"), std::string::npos) << seq.out;
+  const Output bad_rule = run("MEGAQWEN_DELTANET_PREFILL=parallel " + std::string(MEGAQWEN_EMULATED_BINARY) +
+                              " generate -m " + dir.string() + " -d cuda -t 2 -n 2 --ids \"1 2 3\"");
+  EXPECT_NE(bad_rule.status, 0) << bad_rule.out;
+  EXPECT_NE(bad_rule.out.find("MEGAQWEN_DELTANET_PREFILL=parallel: choose chunked or sequential"), std::string::npos)
+      << bad_rule.out;
   // The exact prefill attention on request, and a clear refusal of an unknown choice.
   const Output fp32 = run("MEGAQWEN_PREFILL_ATTENTION=fp32 " + std::string(MEGAQWEN_EMULATED_BINARY) + " verify -m " +
                           dir.string() + " -d cuda -t 2 --positions 8 --decode 2 -n 2");

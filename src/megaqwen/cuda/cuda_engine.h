@@ -50,6 +50,7 @@ struct CudaEngineOptions {
   bool use_graph = true;          // replay the decode step as a CUDA graph (false: launch kernel by kernel)
   bool tensor_core_prefill = true;  // prefill attention on bf16 tensor cores (false: the fp32 kernel)
   DecodeKernel decode_kernel = DecodeKernel::Auto;
+  bool chunked_delta_rule = true;  // Qwen3.5 prefill: the DeltaNet in chunks of 32 tokens (false: token by token)
 };
 
 // Bytes the engine needs on the device for `model` and `options` (weights, KV cache, buffers).

@@ -60,6 +60,16 @@ struct HybridWidths {
         proj(std::max(2 * Q + 2 * KV, C + Vd + 2 * nv)) {}
 };
 
+// Prompts shorter than this run the delta rule token by token: below half a chunk the chunked form's
+// three launches and padded chunk cost about what the per-token steps do (an estimate; the bench's
+// MEGAQWEN_DELTANET_PREFILL=sequential runs measure it).
+constexpr int kChunkedDeltaRuleMinTokens = 16;
+
+size_t delta_workspace_floats(const ModelConfig& c, int T) {
+  return cuda::delta_rule_chunked_workspace_floats(T, c.linear_num_key_heads, c.linear_num_value_heads,
+                                                   c.linear_key_head_dim, c.linear_value_head_dim);
+}
+
 }  // namespace
 
 CudaMemoryPlan plan_hybrid_memory(const Model& model, const CudaEngineOptions& options) {
@@ -79,6 +89,7 @@ CudaMemoryPlan plan_hybrid_memory(const Model& model, const CudaEngineOptions& o
   p.activations = 4 * T * (w.H + w.mix + 2 * w.Q + 2 * w.Vd + 2 * w.nv + 2 * w.I) + 2 * 2 * T * w.gemm_in +
                   4 * uint64_t(kLogitRows) * w.V + 4 * 4 * w.V /* logits, scratch, counts, history */ +
                   4 * 64 * w.Q * 2 + 4 * (2 * w.H + w.proj + w.Q + std::max(w.Q, w.Vd) + w.I);
+  if (options.chunked_delta_rule && linear > 0) p.activations += 4 * delta_workspace_floats(c, int(T));
   p.reserve = kDeviceReserveBytes;
   return p;
 }
@@ -136,6 +147,7 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   p_gu_.resize(T * 2 * w.I);
   p_hi_.resize(T * w.gemm_in);
   if (options_.split_activations) p_lo_.resize(T * w.gemm_in);
+  if (options_.chunked_delta_rule && linear > 0) p_delta_work_.resize(delta_workspace_floats(c, chunk_));
 
   splits_ = full ? std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64) : 1;
   d_x_.resize(w.H);
@@ -152,6 +164,7 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
   step_ = DecodeStep(w.V);
 
   device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
+  device_name_ += std::string(", DeltaNet prefill: ") + (options_.chunked_delta_rule ? "chunked" : "sequential");
   device_name_ += ", decode: per-op (Qwen3.5 hybrid)";
   // The uploads went to the legacy default stream, which stream_ (non-blocking) does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -255,10 +268,13 @@ void CudaHybridEngine::prefill_delta_net(const CudaHybridLayerWeights& w, int sl
   gemm_->gemm_split(hi, lo, in + size_t(C + Vd) * size_t(H), p_b_.data(), T, nv, H, 0.0f);
   gemm_->gemm_split(hi, lo, in + size_t(C + Vd + nv) * size_t(H), p_a_.data(), T, nv, H, 0.0f);
   causal_conv(p_mix_.data(), w.conv.data(), conv_state(slot), T, C, c.linear_conv_kernel, stream_);
-  delta_rule(
-      {p_mix_.data(), p_b_.data(), p_a_.data(), w.A_log.data(), w.dt_bias.data(), recurrent_state(slot), p_o_.data(), T,
-       c.linear_num_key_heads, nv, c.linear_key_head_dim, c.linear_value_head_dim, float(cpu::kDeltaNetL2NormEps)},
-      stream_);
+  const DeltaRuleArgs rule{p_mix_.data(), p_b_.data(), p_a_.data(), w.A_log.data(), w.dt_bias.data(),
+                           recurrent_state(slot), p_o_.data(), T, c.linear_num_key_heads, nv, c.linear_key_head_dim,
+                           c.linear_value_head_dim, float(cpu::kDeltaNetL2NormEps)};
+  if (options_.chunked_delta_rule && T >= kChunkedDeltaRuleMinTokens)
+    delta_rule_chunked(rule, p_delta_work_.data(), stream_);
+  else
+    delta_rule(rule, stream_);
   gated_rms_norm(p_o_.data(), p_z_.data(), w.gated_norm.data(), T * nv, c.linear_value_head_dim, float(c.rms_norm_eps),
                  p_o_.data(), stream_);
   split_bf16(p_o_.data(), size_t(T) * size_t(Vd), hi, lo, stream_);

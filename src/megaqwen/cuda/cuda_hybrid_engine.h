@@ -105,6 +105,7 @@ class CudaHybridEngine final : public Engine {
   DeviceBuffer<float> p_q_, p_attn_;    // [T, Q]
   DeviceBuffer<float> p_z_, p_o_;       // [T, Vd]
   DeviceBuffer<float> p_b_, p_a_;       // [T, nv]
+  DeviceBuffer<float> p_delta_work_;    // the chunked delta rule's workspace for T tokens
   DeviceBuffer<float> p_gu_;            // [T, 2I]
   DeviceBuffer<uint16_t> p_hi_, p_lo_;  // [T, max(H, Q, Vd, I)] bf16 split of a GEMM input
   DeviceBuffer<float> p_logits_;        // [kLogitRows, V] for prefill_all_logits

@@ -13,6 +13,7 @@
 #include "megaqwen/cuda/kernels/common.cuh"
 #include "megaqwen/cuda/kernels/elementwise.cuh"
 #include "megaqwen/cuda/kernels/gated_delta_net.cuh"
+#include "megaqwen/cuda/kernels/gated_delta_net_chunked.cuh"
 #include "megaqwen/cuda/kernels/gemv_bf16.cuh"
 #include "megaqwen/cuda/kernels/rmsnorm.cuh"
 #include "megaqwen/cuda/kernels/rope_qknorm.cuh"
@@ -83,6 +84,43 @@ void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream) {
   else if (a.dk <= 128) launch_kernel(delta_rule_kernel<128>, grid, 32, 0, stream, p);
   else unsupported("DeltaNet key head size", a.dk);
   CUDA_CHECK_LAUNCH("delta_rule_kernel");
+}
+
+size_t delta_rule_chunked_workspace_floats(int T, int nk, int nv, int dk, int dv) {
+  const size_t chunks = size_t(div_up(T, kDeltaChunk)), C = size_t(kDeltaChunk);
+  return 2 * size_t(T) * size_t(nk) * size_t(dk) /* qn, kn */ +
+         chunks * size_t(nv) * C * (size_t(dk) + size_t(dv) + C + 1) /* W, U, P, G */;
+}
+
+void delta_rule_chunked(const DeltaRuleArgs& a, float* workspace, cudaStream_t stream) {
+  if (a.nk <= 0 || a.nv % a.nk != 0) unsupported("DeltaNet value heads per key head, nv", a.nv);
+  if (a.dv <= 0) unsupported("DeltaNet value head size", a.dv);
+  if (a.dk < 1 || a.dk > 128) unsupported("DeltaNet key head size", a.dk);
+  if (a.T == 0) return;
+  const size_t chunks = size_t(div_up(a.T, kDeltaChunk)), C = size_t(kDeltaChunk);
+  const size_t qk = size_t(a.T) * size_t(a.nk) * size_t(a.dk), records = chunks * size_t(a.nv) * C;
+  DeltaChunkParams p{a.qkv, a.b, a.a, a.A_log, a.dt_bias, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                     a.states, a.o, a.T, a.nk, a.nv, a.dk, a.dv, a.l2_eps};
+  p.qn = workspace;
+  p.kn = p.qn + qk;
+  p.W = p.kn + qk;
+  p.U = p.W + records * size_t(a.dk);
+  p.P = p.U + records * size_t(a.dv);
+  p.G = p.P + records * C;
+  const dim3 norm_grid(unsigned(a.T), unsigned(a.nk)), prepare_grid(unsigned(chunks), unsigned(a.nv));
+  const dim3 scan_grid(unsigned(a.nv), unsigned(div_up(a.dv, kDeltaScanCols)));
+  launch_kernel(delta_qk_norm_kernel, norm_grid, 32, 0, stream, p);
+  CUDA_CHECK_LAUNCH("delta_qk_norm_kernel");
+  // Shared rows sized for the smallest bound that holds dk (41 KB of static shared memory at 128).
+  auto run = [&](auto prepare, auto scan) {
+    launch_kernel(prepare, prepare_grid, kDeltaChunkThreads, 0, stream, p);
+    CUDA_CHECK_LAUNCH("delta_chunk_prepare_kernel");
+    launch_kernel(scan, scan_grid, kDeltaChunkThreads, 0, stream, p);
+    CUDA_CHECK_LAUNCH("delta_chunk_scan_kernel");
+  };
+  if (a.dk <= 32) run(delta_chunk_prepare_kernel<32>, delta_chunk_scan_kernel<32>);
+  else if (a.dk <= 64) run(delta_chunk_prepare_kernel<64>, delta_chunk_scan_kernel<64>);
+  else run(delta_chunk_prepare_kernel<128>, delta_chunk_scan_kernel<128>);
 }
 
 void gated_rms_norm(const float* x, const float* z, const float* w, int rows, int n, float eps, float* out,

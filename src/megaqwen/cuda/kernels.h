@@ -135,6 +135,11 @@ struct DeltaRuleArgs {
   float l2_eps;
 };
 void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream);
+// The same rule for a long prompt in chunks of 32 tokens (kernels/gated_delta_net_chunked.cuh): one
+// sequential step per chunk instead of per token, equal to delta_rule up to fp32 rounding (the sums
+// run in another order). `workspace` holds delta_rule_chunked_workspace_floats(T, ...) floats.
+size_t delta_rule_chunked_workspace_floats(int T, int nk, int nv, int dk, int dv);
+void delta_rule_chunked(const DeltaRuleArgs& a, float* workspace, cudaStream_t stream);
 // out[r, :] = w * (x[r, :] * rsqrt(mean(x[r, :]^2) + eps)) * silu(z[r, :]) for r < rows; x, z, out
 // [rows, n] fp32 (out may be x), w [n] fp32.
 void gated_rms_norm(const float* x, const float* z, const float* w, int rows, int n, float eps, float* out,

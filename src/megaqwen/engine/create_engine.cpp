@@ -51,6 +51,12 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
       if (v != "fp32" && v != "tc") fail("MEGAQWEN_PREFILL_ATTENTION={}: choose fp32 or tc", v);
       o.tensor_core_prefill = v == "tc";
     }
+    // MEGAQWEN_DELTANET_PREFILL=sequential runs Qwen3.5's delta rule token by token in prefill.
+    if (const char* env = std::getenv("MEGAQWEN_DELTANET_PREFILL"); env && *env) {
+      const std::string v = env;
+      if (v != "chunked" && v != "sequential") fail("MEGAQWEN_DELTANET_PREFILL={}: choose chunked or sequential", v);
+      o.chunked_delta_rule = v == "chunked";
+    }
     if (hybrid) return std::make_unique<cuda::CudaHybridEngine>(std::move(model), o);
     return std::make_unique<cuda::CudaEngine>(std::move(model), o);
   }
