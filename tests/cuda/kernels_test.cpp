@@ -92,6 +92,53 @@ TEST(CudaKernels, GemvAllEpilogues) {
   }
 }
 
+// The RMSNorm fused into the GEMV (decode's qkv, gate/up and LM-head projections) against RMSNorm then
+// GEMV in fp64, each epilogue, x far from unit scale so a missing or misplaced scale shows; the
+// SwiGLU epilogue against the Store kernel's normed sums, as above.
+TEST(CudaKernels, GemvNormedEqualsRmsNormThenGemv) {
+  MQ_REQUIRE_GPU();
+  const double eps = 1e-6;
+  for (int rows : {2, 1030}) {
+    for (int K : {8, 1000, 1024, 3072}) {
+      const uint64_t seed = uint64_t(rows) * 31 + uint64_t(K);
+      const auto w16 = to_bf16(random_floats(size_t(rows) * size_t(K), seed));
+      const auto wr = from_bf16(w16);
+      const auto x = random_floats(size_t(K), seed + 1, -20, 20);
+      const auto nw = random_floats(size_t(K), seed + 2, 0.5f, 1.5f);
+      const auto y0 = random_floats(size_t(rows), seed + 3);
+      double ss = 0;
+      for (float v : x) ss += double(v) * double(v);
+      const double scale = 1.0 / std::sqrt(ss / K + eps);
+      std::vector<float> dot(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int k = 0; k < K; ++k)
+          s += double(wr[size_t(r) * size_t(K) + size_t(k)]) * double(nw[size_t(k)]) * double(x[size_t(k)]) * scale;
+        dot[size_t(r)] = float(s);
+      }
+      auto dW = upload(w16);
+      auto dx = upload(x), dnw = upload(nw);
+      auto y = poisoned_f32(size_t(rows));
+      cuda::gemv_bf16_normed(dW.data(), dx.data(), dnw.data(), float(eps), rows, K, y.data(), cuda::GemvOut::Store,
+                             nullptr);
+      const std::vector<float> sums = download(y);
+      EXPECT_LE(rel_error(sums, dot), kFp32Tolerance) << "store rows " << rows << " K " << K;
+      auto ya = upload(y0);
+      cuda::gemv_bf16_normed(dW.data(), dx.data(), dnw.data(), float(eps), rows, K, ya.data(), cuda::GemvOut::Add,
+                             nullptr);
+      std::vector<float> ref_add(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) ref_add[size_t(r)] = y0[size_t(r)] + dot[size_t(r)];
+      EXPECT_LE(rel_error(download(ya), ref_add), kFp32Tolerance) << "add rows " << rows << " K " << K;
+      auto ys = poisoned_f32(size_t(rows / 2));
+      cuda::gemv_bf16_normed(dW.data(), dx.data(), dnw.data(), float(eps), rows, K, ys.data(), cuda::GemvOut::SwiGLU,
+                             nullptr);
+      std::vector<float> ref_swiglu(static_cast<size_t>(rows / 2));
+      for (int i = 0; i < rows / 2; ++i) ref_swiglu[size_t(i)] = cpu::silu(sums[size_t(2 * i)]) * sums[size_t(2 * i + 1)];
+      EXPECT_LE(rel_error(download(ys), ref_swiglu), kFp32Tolerance) << "swiglu rows " << rows << " K " << K;
+    }
+  }
+}
+
 TEST(CudaKernels, SwigluSplit) {
   MQ_REQUIRE_GPU();
   const int T = 5, I = 3072;

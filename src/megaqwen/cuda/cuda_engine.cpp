@@ -98,7 +98,6 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   // Split the cache of each kv head over about two blocks per SM at long context.
   splits_ = std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64);
   d_x_.resize(H);
-  d_h_.resize(H);
   d_qkv_.resize(Q + 2 * KV);
   d_q_.resize(Q);
   d_attn_.resize(Q);
@@ -219,8 +218,8 @@ void CudaEngine::enqueue_decode_step() {
   embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);
   for (int l = 0; l < c.num_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers[size_t(l)];
-    rms_norm_f32(d_x_.data(), w.input_norm.data(), 1, H, eps, d_h_.data(), stream_);
-    gemv_bf16(w.qkv.data(), d_h_.data(), Q + 2 * KV, H, d_qkv_.data(), GemvOut::Store, stream_);
+    gemv_bf16_normed(w.qkv.data(), d_x_.data(), w.input_norm.data(), eps, Q + 2 * KV, H, d_qkv_.data(), GemvOut::Store,
+                     stream_);
     qk_norm_rope({d_qkv_.data(), 1, c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim, false, w.q_norm.data(),
                   w.k_norm.data(), inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(l), v_layer(l)},
                  stream_);
@@ -228,12 +227,12 @@ void CudaEngine::enqueue_decode_step() {
                       partial_o_.data(), partial_ml_.data(), d_attn_.data()},
                      stream_);
     gemv_bf16(w.o.data(), d_attn_.data(), H, Q, d_x_.data(), GemvOut::Add, stream_);
-    rms_norm_f32(d_x_.data(), w.post_norm.data(), 1, H, eps, d_h_.data(), stream_);
-    gemv_bf16(w.gate_up.data(), d_h_.data(), 2 * I, H, d_act_.data(), GemvOut::SwiGLU, stream_);
+    gemv_bf16_normed(w.gate_up.data(), d_x_.data(), w.post_norm.data(), eps, 2 * I, H, d_act_.data(), GemvOut::SwiGLU,
+                     stream_);
     gemv_bf16(w.down.data(), d_act_.data(), H, I, d_x_.data(), GemvOut::Add, stream_);
   }
-  rms_norm_f32(d_x_.data(), weights_.final_norm.data(), 1, H, eps, d_h_.data(), stream_);
-  gemv_bf16(weights_.lm_head, d_h_.data(), V, H, logits_.data(), GemvOut::Store, stream_);
+  gemv_bf16_normed(weights_.lm_head, d_x_.data(), weights_.final_norm.data(), eps, V, H, logits_.data(), GemvOut::Store,
+                   stream_);
 }
 
 void CudaEngine::run_decode_step(int32_t token) {

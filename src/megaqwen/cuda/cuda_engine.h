@@ -126,7 +126,7 @@ class CudaEngine final : public Engine {
   DeviceBuffer<float> p_logits_;                  // [logit rows, V] for prefill_all_logits
   // Decode state: one token.
   DecodeStep step_;                 // token and position on the device, the captured graph, host logits
-  DeviceBuffer<float> d_x_, d_h_, d_qkv_, d_q_, d_attn_, d_act_;
+  DeviceBuffer<float> d_x_, d_qkv_, d_q_, d_attn_, d_act_;
   DeviceBuffer<float> partial_o_, partial_ml_;    // [heads, splits, D], [heads, splits, 2]
   DeviceBuffer<float> logits_;                    // [V]: the latest logits (prefill or decode)
   DeviceSampler sampler_;

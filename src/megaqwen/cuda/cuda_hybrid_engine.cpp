@@ -88,7 +88,7 @@ CudaMemoryPlan plan_hybrid_memory(const Model& model, const CudaEngineOptions& o
   p.states = states * (1 + kMaxStateSnapshots);
   p.activations = 4 * T * (w.H + w.mix + 2 * w.Q + 2 * w.Vd + 2 * w.nv + 2 * w.I) + 2 * 2 * T * w.gemm_in +
                   4 * uint64_t(kLogitRows) * w.V + 4 * 4 * w.V /* logits, scratch, counts, history */ +
-                  4 * 64 * w.Q * 2 + 4 * (2 * w.H + w.proj + w.Q + std::max(w.Q, w.Vd) + w.I);
+                  4 * 64 * w.Q * 2 + 4 * (w.H + w.proj + w.Q + std::max(w.Q, w.Vd) + w.I);
   if (options.chunked_delta_rule && linear > 0) p.activations += 4 * delta_workspace_floats(c, int(T));
   p.reserve = kDeviceReserveBytes;
   return p;
@@ -151,7 +151,6 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
 
   splits_ = full ? std::clamp((2 * prop.multiProcessorCount + c.num_kv_heads - 1) / c.num_kv_heads, 1, 64) : 1;
   d_x_.resize(w.H);
-  d_h_.resize(w.H);
   d_proj_.resize(w.proj);
   d_q_.resize(w.Q);
   d_mix_out_.resize(std::max(w.Q, w.Vd));
@@ -296,9 +295,9 @@ void CudaHybridEngine::enqueue_decode_step() {
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const CudaHybridLayerWeights& w = weights_.layers[l];
     const int slot = slot_[l];
-    rms_norm_f32(d_x_.data(), w.input_norm.data(), 1, H, eps, d_h_.data(), stream_);
     if (w.type == LayerType::FullAttention) {
-      gemv_bf16(w.qgkv.data(), d_h_.data(), 2 * Q + 2 * KV, H, proj, GemvOut::Store, stream_);
+      gemv_bf16_normed(w.qgkv.data(), d_x_.data(), w.input_norm.data(), eps, 2 * Q + 2 * KV, H, proj, GemvOut::Store,
+                       stream_);
       qk_norm_rope({proj, 1, c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, true, w.q_norm.data(),
                     w.k_norm.data(), inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(slot), v_layer(slot)},
                    stream_);
@@ -308,7 +307,8 @@ void CudaHybridEngine::enqueue_decode_step() {
       sigmoid_gate(mixed, proj + Q, 1, Q, 0, stream_);
       gemv_bf16(w.o.data(), mixed, H, Q, d_x_.data(), GemvOut::Add, stream_);
     } else {
-      gemv_bf16(w.in_proj.data(), d_h_.data(), C + Vd + 2 * nv, H, proj, GemvOut::Store, stream_);
+      gemv_bf16_normed(w.in_proj.data(), d_x_.data(), w.input_norm.data(), eps, C + Vd + 2 * nv, H, proj,
+                       GemvOut::Store, stream_);
       causal_conv(proj, w.conv.data(), conv_state(slot), 1, C, c.linear_conv_kernel, stream_);
       delta_rule(
           {proj, proj + C + Vd, proj + C + Vd + nv, w.A_log.data(), w.dt_bias.data(), recurrent_state(slot), mixed, 1,
@@ -317,12 +317,12 @@ void CudaHybridEngine::enqueue_decode_step() {
       gated_rms_norm(mixed, proj + C, w.gated_norm.data(), nv, c.linear_value_head_dim, eps, mixed, stream_);
       gemv_bf16(w.out.data(), mixed, H, Vd, d_x_.data(), GemvOut::Add, stream_);
     }
-    rms_norm_f32(d_x_.data(), w.post_norm.data(), 1, H, eps, d_h_.data(), stream_);
-    gemv_bf16(w.gate_up.data(), d_h_.data(), 2 * I, H, d_act_.data(), GemvOut::SwiGLU, stream_);
+    gemv_bf16_normed(w.gate_up.data(), d_x_.data(), w.post_norm.data(), eps, 2 * I, H, d_act_.data(), GemvOut::SwiGLU,
+                     stream_);
     gemv_bf16(w.down.data(), d_act_.data(), H, I, d_x_.data(), GemvOut::Add, stream_);
   }
-  rms_norm_f32(d_x_.data(), weights_.final_norm.data(), 1, H, eps, d_h_.data(), stream_);
-  gemv_bf16(weights_.lm_head, d_h_.data(), V, H, logits_.data(), GemvOut::Store, stream_);
+  gemv_bf16_normed(weights_.lm_head, d_x_.data(), weights_.final_norm.data(), eps, V, H, logits_.data(),
+                   GemvOut::Store, stream_);
 }
 
 void CudaHybridEngine::run_decode_step(int32_t token) {

@@ -111,7 +111,7 @@ class CudaHybridEngine final : public Engine {
   DeviceBuffer<float> p_logits_;        // [kLogitRows, V] for prefill_all_logits
   // Decode: one token.
   DecodeStep step_;                 // token and position on the device, the captured graph, host logits
-  DeviceBuffer<float> d_x_, d_h_, d_proj_, d_q_, d_mix_out_, d_act_;
+  DeviceBuffer<float> d_x_, d_proj_, d_q_, d_mix_out_, d_act_;
   DeviceBuffer<float> partial_o_, partial_ml_;
   DeviceBuffer<float> logits_;  // [V]: the latest logits (prefill or decode)
   DeviceSampler sampler_;

@@ -271,24 +271,36 @@ void attention_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
   }
 }
 
-void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, GemvOut mode, cudaStream_t stream) {
+namespace {
+template <bool kNormed>
+void launch_gemv(const uint16_t* W, const float* x, const float* norm_w, float eps, int rows, int K, float* y,
+                 GemvOut mode, cudaStream_t stream) {
   if (K % 8 != 0) unsupported("GEMV K (must be a multiple of 8)", K);
   if (rows == 0) return;
   constexpr int rows_per_block = (kGemvThreads / 32) * kGemvRowsPerWarp;
   const int blocks = div_up(rows, rows_per_block);
+  auto launch = [&](auto kernel) {
+    launch_kernel(kernel, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y, norm_w, eps);
+  };
   switch (mode) {
-    case GemvOut::Store:
-      launch_kernel(gemv_bf16_kernel<GemvEpilogue::Store>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
-      break;
-    case GemvOut::Add:
-      launch_kernel(gemv_bf16_kernel<GemvEpilogue::Add>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
-      break;
+    case GemvOut::Store: launch(gemv_bf16_kernel<GemvEpilogue::Store, kNormed>); break;
+    case GemvOut::Add: launch(gemv_bf16_kernel<GemvEpilogue::Add, kNormed>); break;
     case GemvOut::SwiGLU:
       if (rows % 2 != 0) unsupported("SwiGLU GEMV rows (must be even)", rows);
-      launch_kernel(gemv_bf16_kernel<GemvEpilogue::SwiGLU>, blocks, kGemvThreads, 0, stream, as_bf16(W), x, rows, K, y);
+      launch(gemv_bf16_kernel<GemvEpilogue::SwiGLU, kNormed>);
       break;
   }
-  CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
+  CUDA_CHECK_LAUNCH(kNormed ? "gemv_bf16_kernel<normed>" : "gemv_bf16_kernel");
+}
+}  // namespace
+
+void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, GemvOut mode, cudaStream_t stream) {
+  launch_gemv<false>(W, x, nullptr, 0.0f, rows, K, y, mode, stream);
+}
+
+void gemv_bf16_normed(const uint16_t* W, const float* x, const float* norm_w, float eps, int rows, int K, float* y,
+                      GemvOut mode, cudaStream_t stream) {
+  launch_gemv<true>(W, x, norm_w, eps, rows, K, y, mode, stream);
 }
 
 void swiglu_split(const float* gu, int T, int I, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {

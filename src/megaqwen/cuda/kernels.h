@@ -107,6 +107,10 @@ enum class GemvOut {
   SwiGLU,  // y[r] = silu((W x)[2r]) * (W x)[2r+1], rows even (gate/up rows interleaved)
 };
 void gemv_bf16(const uint16_t* W, const float* x, int rows, int K, float* y, GemvOut mode, cudaStream_t stream);
+// y = W RMSNorm(x) (norm weight norm_w [K] fp32): the norm fused into the GEMV, as the separate
+// rms_norm_f32 then gemv_bf16 up to the order of the rounding (~1e-7 relative).
+void gemv_bf16_normed(const uint16_t* W, const float* x, const float* norm_w, float eps, int rows, int K, float* y,
+                      GemvOut mode, cudaStream_t stream);
 
 // ---- SwiGLU for prefill (kernels/swiglu.cuh) ----
 // gu [T, 2I] fp32 with gate/up interleaved per row pair; act = silu(gate) * up as the bf16 split
