@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -59,36 +60,44 @@ TEST(CudaGatedDeltaNet, CausalConvMatchesCpuAcrossChunks) {
   }
 }
 
+// Runs chunks of T tokens back to back from one random state through the CPU steps and through
+// `run_gpu` (a delta rule launcher), checking the outputs, the states carried between calls, and
+// that qkv stays read only. `a` (the decay's input) is drawn from [a_lo, a_hi).
+template <typename RunGpu>
+void check_delta_rule(const Shape& s, std::span<const int> chunks, float a_lo, float a_hi, uint64_t seed,
+                      RunGpu run_gpu) {
+  SCOPED_TRACE(testing::Message() << "nk " << s.nk << ", nv " << s.nv << ", dk " << s.dk << ", dv " << s.dv
+                                  << ", a in [" << a_lo << ", " << a_hi << ")");
+  ThreadPool pool(2);
+  const cpu::DeltaNetShape shape{s.nk, s.nv, s.dk, s.dv};
+  const size_t C = size_t(shape.conv_dim()), state_size = size_t(s.nv) * size_t(s.dk) * size_t(s.dv);
+  const auto A_log = random_floats(size_t(s.nv), seed, -1, 1), dt_bias = random_floats(size_t(s.nv), seed + 1, -1, 1);
+  std::vector<float> states = random_floats(state_size, seed + 2, -0.5f, 0.5f);
+  auto dA = upload(A_log), ddt = upload(dt_bias), dstates = upload(states);
+  seed += 3;
+  for (int T : chunks) {
+    const auto qkv = random_floats(size_t(T) * C, seed++, -2, 2);
+    const auto b = random_floats(size_t(T) * size_t(s.nv), seed++, -3, 3);
+    const auto a = random_floats(size_t(T) * size_t(s.nv), seed++, a_lo, a_hi);
+    std::vector<float> normed = qkv, beta(b.size()), g(b.size()), want(size_t(T) * size_t(s.nv) * size_t(s.dv));
+    cpu::delta_net_gates(shape, f32_vector(A_log), f32_vector(dt_bias), normed.data(), b.data(), a.data(), T,
+                         beta.data(), g.data());
+    cpu::delta_rule(shape, states.data(), normed.data(), beta.data(), g.data(), T, want.data(), pool);
+
+    auto dqkv = upload(qkv), db = upload(b), da = upload(a);
+    auto o = poisoned_f32(want.size());
+    run_gpu(cuda::DeltaRuleArgs{dqkv.data(), db.data(), da.data(), dA.data(), ddt.data(), dstates.data(), o.data(), T,
+                                s.nk, s.nv, s.dk, s.dv, float(cpu::kDeltaNetL2NormEps)});
+    EXPECT_LE(rel_error(download(o), want), kTolerance) << "o, T " << T;
+    EXPECT_LE(rel_error(download(dstates), states), kTolerance) << "states after T " << T;
+    EXPECT_EQ(download(dqkv), qkv) << "qkv is read only";
+  }
+}
+
 TEST(CudaGatedDeltaNet, DeltaRuleMatchesCpuAcrossChunks) {
   MQ_REQUIRE_GPU();
-  ThreadPool pool(2);
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(testing::Message() << "nk " << s.nk << ", nv " << s.nv << ", dk " << s.dk << ", dv " << s.dv);
-    const cpu::DeltaNetShape shape{s.nk, s.nv, s.dk, s.dv};
-    const size_t C = size_t(shape.conv_dim()), state_size = size_t(s.nv) * size_t(s.dk) * size_t(s.dv);
-    const auto A_log = random_floats(size_t(s.nv), 11, -1, 1), dt_bias = random_floats(size_t(s.nv), 12, -1, 1);
-    std::vector<float> states = random_floats(state_size, 13, -0.5f, 0.5f);
-    auto dA = upload(A_log), ddt = upload(dt_bias), dstates = upload(states);
-    uint64_t seed = 600;
-    for (int T : kChunks) {
-      const auto qkv = random_floats(size_t(T) * C, seed++, -2, 2);
-      const auto b = random_floats(size_t(T) * size_t(s.nv), seed++, -3, 3);
-      const auto a = random_floats(size_t(T) * size_t(s.nv), seed++, -3, 3);
-      std::vector<float> normed = qkv, beta(b.size()), g(b.size()), want(size_t(T) * size_t(s.nv) * size_t(s.dv));
-      cpu::delta_net_gates(shape, f32_vector(A_log), f32_vector(dt_bias), normed.data(), b.data(), a.data(), T,
-                           beta.data(), g.data());
-      cpu::delta_rule(shape, states.data(), normed.data(), beta.data(), g.data(), T, want.data(), pool);
-
-      auto dqkv = upload(qkv), db = upload(b), da = upload(a);
-      auto o = poisoned_f32(want.size());
-      cuda::delta_rule({dqkv.data(), db.data(), da.data(), dA.data(), ddt.data(), dstates.data(), o.data(), T, s.nk,
-                        s.nv, s.dk, s.dv, float(cpu::kDeltaNetL2NormEps)},
-                       nullptr);
-      EXPECT_LE(rel_error(download(o), want), kTolerance) << "o, T " << T;
-      EXPECT_LE(rel_error(download(dstates), states), kTolerance) << "states after T " << T;
-      EXPECT_EQ(download(dqkv), qkv) << "qkv is read only";
-    }
-  }
+  for (const Shape& s : kShapes)
+    check_delta_rule(s, kChunks, -3, 3, 11, [](const cuda::DeltaRuleArgs& a) { cuda::delta_rule(a, nullptr); });
 }
 
 // The chunked form (gated_delta_net_chunked.cuh) against the same CPU steps, on prompts that end
@@ -101,44 +110,18 @@ TEST(CudaGatedDeltaNet, DeltaRuleMatchesCpuAcrossChunks) {
 // too; a scan that forgets the state's decay at a chunk's end misses by 4.9 .. 9.3.
 TEST(CudaGatedDeltaNet, ChunkedDeltaRuleMatchesCpuAcrossChunks) {
   MQ_REQUIRE_GPU();
-  ThreadPool pool(2);
   struct Decay {
-    const char* name;
     float a_lo, a_hi;
   };
-  const Decay decays[] = {{"usual", -3, 3}, {"vanishing", 30, 50}, {"none", -30, -20}};
+  const Decay decays[] = {{-3, 3} /* usual */, {30, 50} /* vanishing */, {-30, -20} /* none */};
   const int chunks[] = {1, 45, 32, 70, 300};
-  for (const Shape& s : kShapes) {
-    for (const Decay& decay : decays) {
-      SCOPED_TRACE(testing::Message() << "nk " << s.nk << ", nv " << s.nv << ", dk " << s.dk << ", dv " << s.dv
-                                      << ", decay " << decay.name);
-      const cpu::DeltaNetShape shape{s.nk, s.nv, s.dk, s.dv};
-      const size_t C = size_t(shape.conv_dim()), state_size = size_t(s.nv) * size_t(s.dk) * size_t(s.dv);
-      const auto A_log = random_floats(size_t(s.nv), 21, -1, 1), dt_bias = random_floats(size_t(s.nv), 22, -1, 1);
-      std::vector<float> states = random_floats(state_size, 23, -0.5f, 0.5f);
-      auto dA = upload(A_log), ddt = upload(dt_bias), dstates = upload(states);
-      uint64_t seed = 1600;
-      for (int T : chunks) {
-        const auto qkv = random_floats(size_t(T) * C, seed++, -2, 2);
-        const auto b = random_floats(size_t(T) * size_t(s.nv), seed++, -3, 3);
-        const auto a = random_floats(size_t(T) * size_t(s.nv), seed++, decay.a_lo, decay.a_hi);
-        std::vector<float> normed = qkv, beta(b.size()), g(b.size()), want(size_t(T) * size_t(s.nv) * size_t(s.dv));
-        cpu::delta_net_gates(shape, f32_vector(A_log), f32_vector(dt_bias), normed.data(), b.data(), a.data(), T,
-                             beta.data(), g.data());
-        cpu::delta_rule(shape, states.data(), normed.data(), beta.data(), g.data(), T, want.data(), pool);
-
-        auto dqkv = upload(qkv), db = upload(b), da = upload(a);
-        auto o = poisoned_f32(want.size());
-        auto workspace = poisoned_f32(cuda::delta_rule_chunked_workspace_floats(T, s.nk, s.nv, s.dk, s.dv));
-        cuda::delta_rule_chunked({dqkv.data(), db.data(), da.data(), dA.data(), ddt.data(), dstates.data(), o.data(),
-                                  T, s.nk, s.nv, s.dk, s.dv, float(cpu::kDeltaNetL2NormEps)},
-                                 workspace.data(), nullptr);
-        EXPECT_LE(rel_error(download(o), want), kTolerance) << "o, T " << T;
-        EXPECT_LE(rel_error(download(dstates), states), kTolerance) << "states after T " << T;
-        EXPECT_EQ(download(dqkv), qkv) << "qkv is read only";
-      }
-    }
-  }
+  for (const Shape& s : kShapes)
+    for (const Decay& d : decays)
+      check_delta_rule(s, chunks, d.a_lo, d.a_hi, 21, [](const cuda::DeltaRuleArgs& a) {
+        // Poisoned: a padded row or a record the scan reads before the prepare kernel wrote it shows.
+        auto workspace = poisoned_f32(cuda::delta_rule_chunked_workspace_floats(a.T, a.nk, a.nv, a.dk, a.dv));
+        cuda::delta_rule_chunked(a, workspace.data(), nullptr);
+      });
 }
 
 TEST(CudaGatedDeltaNet, GatedRmsNormMatchesCpuInPlaceToo) {
