@@ -62,6 +62,18 @@ class EmulatedCli : public ::testing::Test {
   static std::string generate(const std::string& binary, const std::string& args) {
     return tokens_of(binary + " generate -m " + model().string() + " -t 2 -n 6 --ids \"151644 872 198\" " + args);
   }
+  // `bench -d cuda` on `dir` (prefill of 16, decode of 2 at depths 1 and 300, one repeat): its JSON
+  // record, after checking that it ran and printed the deep decode row.
+  static nlohmann::json bench_on_device(const fs::path& dir, const std::string& json_name) {
+    const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / json_name;
+    const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " bench -m " + dir.string() +
+                         " -d cuda --prompt-len 16 --depth 1,300 --tokens 2 --repeats 1 --warmup 0"
+                         " --no-bandwidth-probe --json " + json.string());
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("| tg2@d300 |"), std::string::npos) << r.out;
+    std::ifstream in(json);
+    return nlohmann::json::parse(in);
+  }
 };
 
 TEST_F(EmulatedCli, GreedyOnTheEmulatedDeviceEqualsTheCpu) {
@@ -154,14 +166,7 @@ TEST_F(EmulatedCli, VerifyPassesTheHybridEngine) {
 // its reason, prefill and decode at two cache positions, the JSON record) runs through; the numbers
 // are the emulator's and mean nothing.
 TEST_F(EmulatedCli, BenchRunsItsGpuPathAndWritesItsRecord) {
-  const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / "bench.json";
-  const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " bench -m " + model().string() +
-                       " -d cuda --prompt-len 16 --depth 1,300 --tokens 2 --repeats 1 --warmup 0 --no-bandwidth-probe"
-                       " --json " + json.string());
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("| tg2@d300 |"), std::string::npos) << r.out;
-  std::ifstream in(json);
-  const auto j = nlohmann::json::parse(in);
+  const auto j = bench_on_device(model(), "bench.json");
   EXPECT_EQ(j["device"].get<std::string>().rfind("cuda:0 (simt emulated sm_90 device", 0), 0u) << j["device"];
   EXPECT_EQ(j["gpu"]["sm_count"], 16);
   EXPECT_EQ(j["gpu"]["nvml_energy"], false);
@@ -178,14 +183,7 @@ TEST_F(EmulatedCli, BenchRunsTheHybridEngine) {
   const Output s = run(std::string(MEGAQWEN_BINARY) + " synth --preset tiny-hybrid-gqa --vocab-size 4099 --seed 4 -t 2 "
                        "--out " + dir.string());
   ASSERT_EQ(s.status, 0) << s.out;
-  const fs::path json = test::process_temp_dir("megaqwen-test-emulated-cli") / "bench-hybrid.json";
-  const Output r = run(std::string(MEGAQWEN_EMULATED_BINARY) + " bench -m " + dir.string() +
-                       " -d cuda --prompt-len 16 --depth 1,300 --tokens 2 --repeats 1 --warmup 0 --no-bandwidth-probe"
-                       " --json " + json.string());
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("| tg2@d300 |"), std::string::npos) << r.out;
-  std::ifstream in(json);
-  const auto j = nlohmann::json::parse(in);
+  const auto j = bench_on_device(dir, "bench-hybrid.json");
   EXPECT_NE(j["device"].get<std::string>().find("Qwen3.5 hybrid"), std::string::npos) << j["device"];
   ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
   // tiny-hybrid-gqa: 2 DeltaNet layers of 4 x 16 x 32 state floats and a 3 x 192 conv window, read and
