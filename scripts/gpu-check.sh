@@ -19,9 +19,10 @@
 #             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
 #             runs it alone (~330 s)
 #   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the CudaHybridEngine tests (tiny + full 0.8B),
-#             megaqwen verify, tools/verify_hf.py against transformers' Qwen3.5, a bench and a prefill
-#             bench with MEGAQWEN_DELTANET_PREFILL=sequential (JSON printed into the log: the 8 files
-#             are taken)
+#             and hybrid megakernel tests, megaqwen verify, tools/verify_hf.py against transformers'
+#             Qwen3.5, a bench (decode on the hybrid megakernel), a prefill bench with
+#             MEGAQWEN_DELTANET_PREFILL=sequential and a decode bench with MEGAQWEN_DECODE=per-op (JSON
+#             printed into the log: the 8 files are taken)
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
 #             bench; MEGAQWEN_STAGES="env mk-sizes" runs it alone (~8 min)
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
@@ -129,6 +130,11 @@ hybrid_stage() {
   MEGAQWEN_DELTANET_PREFILL=sequential timeout 60 $mq bench --model "$hybrid_model" --device cuda \
     --prompt-len 512,4096 --depth 1 --tokens 8 --repeats 3 --json /tmp/hybrid-bench-seq.json || rc=1
   echo "HYBRID SEQUENTIAL DELTANET BENCH JSON"; cat /tmp/hybrid-bench-seq.json 2>/dev/null; echo
+  # What the hybrid megakernel buys in decode (the bench above decodes on it where it starts): the
+  # per-operator graph at the same depths.
+  MEGAQWEN_DECODE=per-op timeout 60 $mq bench --model "$hybrid_model" --device cuda --prompt-len 16 \
+    --depth 1,512,4096 --tokens 64 --repeats 3 --json /tmp/hybrid-bench-perop.json || rc=1
+  echo "HYBRID PER-OP DECODE BENCH JSON"; cat /tmp/hybrid-bench-perop.json 2>/dev/null; echo
   return $rc
 }
 bench_stage() {

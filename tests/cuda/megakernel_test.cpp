@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
+#include "cuda/megakernel_test_util.h"
 #include "cuda/model_fixture.h"
 #include "engine/hf_fixture.h"
 #include "megaqwen/cuda/cuda_engine.h"
@@ -42,17 +43,13 @@ using test::random_ids;
 using test::sampling_params;
 using test::select_args;
 
+using test::compare_teacher_forced;
+using test::greedy_params;
+using test::MkRun;
+using test::run_megakernel;
+
 constexpr double kGpuLogitTolerance = 2e-2;
 constexpr double kGpuSelfTolerance = 5e-3;
-constexpr double kNearTie = 1e-3;
-
-// Skips unless the megakernel applies to `model` on this GPU (and says why not).
-#define MQ_REQUIRE_MEGAKERNEL(model)                                                                  \
-  do {                                                                                                \
-    MQ_REQUIRE_GPU_AND_CUBLAS();                                                                      \
-    const std::string mq_mk_why_ = cuda::mk::Megakernel::unsupported_reason((model)->config, 0);     \
-    if (!mq_mk_why_.empty()) GTEST_SKIP() << "megakernel not applicable: " << mq_mk_why_;            \
-  } while (0)
 
 cuda::CudaEngineOptions mk_options(int context) {
   return {.context = context, .decode_kernel = cuda::DecodeKernel::Megakernel};
@@ -61,62 +58,7 @@ cuda::CudaEngineOptions perop_options(int context) {
   return {.context = context, .decode_kernel = cuda::DecodeKernel::PerOp};
 }
 
-SamplingParams greedy_params() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
-
-// Runs the megakernel for n draws after feeding `first`, returning the drawn tokens and every step's logits.
-struct MkRun {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;  // [n, V]
-};
-MkRun run_megakernel(cuda::CudaEngine& gpu, int32_t first, int n, const SamplingParams& params = greedy_params(),
-                     const std::vector<int32_t>& history = {}) {
-  const size_t V = size_t(gpu.config().vocab_size);
-  auto logits = test::poisoned_f32(size_t(n) * V);
-  // The poison is a cudaMemset on the legacy stream, which the engine's non-blocking stream does not
-  // wait for: let it land before the kernel writes the logits.
-  CUDA_CHECK(cudaDeviceSynchronize());
-  MkRun r;
-  const int drawn = gpu.megakernel_generate(first, n, {}, params, history, [&](int32_t id) {
-    r.tokens.push_back(id);
-    return true;
-  }, logits.data());
-  EXPECT_EQ(drawn, n);
-  r.logits = test::download(logits, size_t(drawn) * V);
-  return r;
-}
-
-std::span<const float> row(const std::vector<float>& all, size_t i, size_t V) { return {all.data() + i * V, V}; }
-
-// Top-2 gap of a logit row, relative to its largest magnitude.
-double top2_gap(std::span<const float> l) {
-  float a = -INFINITY, b = -INFINITY, big = 0;
-  for (float v : l) {
-    big = std::max(big, std::abs(v));
-    if (v > a) b = a, a = v;
-    else if (v > b) b = v;
-  }
-  return big > 0 ? double(a - b) / big : 0.0;
-}
-
-// Feeds `first` then tokens[0..n-2] to `other` with decode() and compares each step's logits with
-// the megakernel's. Returns the worst relative error; counts argmax disagreements that are not near-ties.
-template <class E>
-double compare_teacher_forced(E& other, int32_t first, const MkRun& mk, size_t V, int* hard_mismatches) {
-  double worst = 0;
-  *hard_mismatches = 0;
-  for (size_t i = 0; i < mk.tokens.size(); ++i) {
-    const int32_t in = i == 0 ? first : mk.tokens[i - 1];
-    auto got = other.decode(in);
-    std::vector<float> ref(got.begin(), got.end());
-    worst = std::max(worst, relative_max_error(row(mk.logits, i, V), ref));
-    if (test::argmax(ref) != mk.tokens[i] && top2_gap(ref) >= kNearTie) ++*hard_mismatches;
-  }
-  return worst;
-}
+std::span<const float> row(const std::vector<float>& all, size_t i, size_t V) { return test::logit_row(all, i, V); }
 
 // The LM head's token selection alone (mk::launch_select_test) with its scratch, over device logits.
 struct Selector {

@@ -6,7 +6,8 @@
 //     (cp.async.bulk's rule);
 //   - the chunk sequence of a token visits the CTA's rows of qkv, o, gate_up, down per layer, then
 //     the LM head, in order, and repeats identically for the next token;
-//   - the QkvReady counts the CTAs add per kv group sum to the (G + 2) * D rows stage B waits for;
+//   - the QkvReady counts the CTAs add per kv group sum to the (G + 2) * D rows stage B waits for
+//     (hybrid gated attention: (2G + 2) * D; DeltaNet groups: delta_group_count, covering in_proj);
 //   - the attention splits cover positions [0, n) exactly, the one holding n - 1 is the last
 //     non-empty split (it appends the new k/v), and never more than kMaxSplits are used;
 //   - the counters have distinct slots; the selection's register capacity covers the vocabulary
@@ -45,21 +46,39 @@ struct FakeWeights {
       lw.o = next();
       lw.gate_up = next();
       lw.down = next();
+      lw.in_proj = next();
+      lw.out = next();
     }
     p.layers = layers.data();
     p.lm_head = next();
   }
 };
 
+// The matrix a layer's m-th stream slot reads (the kernel's order: mixer in, mixer out, gate_up, down).
+const uint16_t* matrix_base(const LayerWeights& lw, Mat m) {
+  switch (m) {
+    case Mat::Qkv: return lw.qkv;
+    case Mat::O: return lw.o;
+    case Mat::GateUp: return lw.gate_up;
+    case Mat::Down: return lw.down;
+    case Mat::In: return lw.in_proj;
+    case Mat::Out: return lw.out;
+    default: return nullptr;
+  }
+}
+
+// delta_mask: the DeltaNet layers of a hybrid config (bit l), 0 for Qwen3.
 template <class C>
-void check_config(const char* name, int vocab) {
+void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
   SCOPED_TRACE(name);
-  const int rows_of[int(Mat::Count)] = {C::QKV_ROWS, C::H, 2 * C::I, C::H, vocab};
+  int in_rows = 0, out_rows = 0;
+  if constexpr (C::kHybrid) in_rows = C::IN_ROWS, out_rows = C::H;
+  const int rows_of[int(Mat::Count)] = {C::QKV_ROWS, C::H, 2 * C::I, C::H, in_rows, out_rows, vocab};
   FakeWeights fw(C::L);
   for (int ctas : kCtaCounts) {
     SCOPED_TRACE("ctas " + std::to_string(ctas));
     std::vector<Schedule<C>> sched(static_cast<size_t>(ctas));
-    for (int cta = 0; cta < ctas; ++cta) sched[size_t(cta)].init(cta, ctas, vocab);
+    for (int cta = 0; cta < ctas; ++cta) sched[size_t(cta)].init(cta, ctas, vocab, delta_mask);
 
     // Row ranges: disjoint, contiguous, covering; chunks fit the buffer.
     for (int m = 0; m < int(Mat::Count); ++m) {
@@ -82,28 +101,30 @@ void check_config(const char* name, int vocab) {
       ASSERT_EQ(next_row, rows_of[m]) << "matrix " << m << " rows not covered";
     }
 
-    // Chunk sequences: per token, the CTA's rows of each matrix in order, twice over.
+    // Chunk sequences: per token, the CTA's rows of each matrix of each layer in order (a DeltaNet
+    // layer's in_proj and out_proj where an attention layer has qkv and o), then the LM head, twice over.
     for (int cta = 0; cta < ctas; ++cta) {
       const Schedule<C>& s = sched[size_t(cta)];
-      int expect_per_token = 0;
-      for (int m = 0; m < int(Mat::Lm); ++m) expect_per_token += C::L * s.part[m].chunks;
-      expect_per_token += s.part[int(Mat::Lm)].chunks;
+      int expect_per_token = s.part[int(Mat::Lm)].chunks;
+      for (int l = 0; l < C::L; ++l) {
+        ASSERT_EQ(s.is_delta(l), ((delta_mask >> l) & 1u) != 0) << "layer " << l;
+        for (int i = 0; i < 4; ++i) expect_per_token += s.part[int(Schedule<C>::layer_mat(s.is_delta(l), i))].chunks;
+      }
       ASSERT_EQ(s.per_token, expect_per_token);
       if (s.per_token == 0) continue;
       uint32_t idx = 0;
       for (int token = 0; token < 2; ++token) {
         for (int l = 0; l <= C::L; ++l) {
-          const int first = l < C::L ? 0 : int(Mat::Lm), last = l < C::L ? int(Mat::Lm) : int(Mat::Count);
-          for (int m = first; m < last; ++m) {
-            const Part& pt = s.part[m];
-            const LayerWeights& lw = fw.layers[size_t(l < C::L ? l : 0)];
-            const uint16_t* base = m == 0 ? lw.qkv : m == 1 ? lw.o : m == 2 ? lw.gate_up : m == 3 ? lw.down : fw.p.lm_head;
-            const size_t K = size_t(Schedule<C>::width(Mat(m)));
+          for (int i = 0; i < (l < C::L ? 4 : 1); ++i) {
+            const Mat m = l < C::L ? Schedule<C>::layer_mat(s.is_delta(l), i) : Mat::Lm;
+            const Part& pt = s.part[int(m)];
+            const uint16_t* base = l < C::L ? matrix_base(fw.layers[size_t(l)], m) : fw.p.lm_head;
+            const size_t K = size_t(Schedule<C>::width(m));
             int row = pt.row0;
             for (int j = 0; j < pt.chunks; ++j, ++idx) {
               const Chunk ch = s.chunk(fw.p, idx);
               const int n = std::min(pt.chunk_rows, pt.row0 + pt.rows - row);
-              ASSERT_EQ(ch.src, base + size_t(row) * K) << "token " << token << " layer " << l << " matrix " << m;
+              ASSERT_EQ(ch.src, base + size_t(row) * K) << "token " << token << " layer " << l << " matrix " << int(m);
               ASSERT_EQ(ch.bytes, uint32_t(size_t(n) * K * 2));
               ASSERT_EQ(ch.bytes % 16, 0u);
               ASSERT_EQ(reinterpret_cast<uintptr_t>(ch.src) % 16, 0u);
@@ -117,14 +138,28 @@ void check_config(const char* name, int vocab) {
       ASSERT_EQ(idx, uint32_t(2 * s.per_token));
     }
 
-    // QkvReady: per group, the CTAs' counts add up to the target of one token.
+    // QkvReady: per group, the CTAs' counts add up to the target of one token (stage B / B' wait).
     for (int g = 0; g < C::KV_HEADS; ++g) {
       int sum = 0;
       for (int cta = 0; cta < ctas; ++cta) {
         const Part& pt = sched[size_t(cta)].part[int(Mat::Qkv)];
         sum += qkv_group_rows<C>(pt.row0, pt.rows, g);
       }
-      ASSERT_EQ(sum, (C::G + 2) * C::D) << "kv group " << g;
+      ASSERT_EQ(sum, (C::kHybrid ? 2 * C::G + 2 : C::G + 2) * C::D) << "kv group " << g;
+    }
+    if constexpr (C::kHybrid) {
+      int all = 0;
+      for (int g = 0; g < C::NK; ++g) {
+        int sum = 0;
+        for (int cta = 0; cta < ctas; ++cta) {
+          const Part& pt = sched[size_t(cta)].part[int(Mat::In)];
+          sum += delta_group_rows<C>(pt.row0, pt.rows, g);
+        }
+        ASSERT_EQ(sum, delta_group_count<C>()) << "DeltaNet group " << g;
+        all += sum;
+      }
+      ASSERT_EQ(all, C::IN_ROWS) << "every in_proj row belongs to exactly one group";
+      ASSERT_EQ(C::DELTA_ITEMS * C::DELTA_COLS, C::VD) << "the stage B' items cover every value column once";
     }
 
     // Attention splits.
@@ -162,13 +197,15 @@ void check_config(const char* name, int vocab) {
       }
     }
 
-    // Token selection capacity (the runner refuses top-k otherwise; greedy needs none).
-    EXPECT_LE((vocab + ctas - 1) / ctas, kThreads * kSelPerThread) << "vocabulary slice";
+    // Token selection capacity (the runner refuses top-k otherwise; greedy needs none). Qwen3.5's
+    // 248,320 ids fit from 25 CTAs on, so on the sm_90 parts; the 16 / 17 CTA edges refuse top-k.
+    if (uint64_t(ctas) * kThreads * kSelPerThread >= uint64_t(vocab) || ctas >= 64)
+      EXPECT_LE((vocab + ctas - 1) / ctas, kThreads * kSelPerThread) << "vocabulary slice";
     EXPECT_LE(ctas * kMaxTopK, kThreads * kSelPerThread) << "candidates";
   }
 
   // Counter slots: distinct and inside the array.
-  const CounterLayout lay{C::L, C::KV_HEADS};
+  const CounterLayout lay{C::L, C::GROUPS};
   std::vector<int> used(size_t(lay.count()), 0);
   auto mark = [&](Counter c, int l, int g) {
     const int s = lay.slot(c, l, g);
@@ -178,7 +215,7 @@ void check_config(const char* name, int vocab) {
     ASSERT_EQ(lay.word(c, l, g), s * kCounterStride);
   };
   for (int l = 0; l < C::L; ++l) {
-    for (int g = 0; g < C::KV_HEADS; ++g) {
+    for (int g = 0; g < C::GROUPS; ++g) {
       mark(Counter::QkvReady, l, g);
       mark(Counter::AttnTicket, l, g);
     }
@@ -198,6 +235,22 @@ TEST(MegakernelPlan, TinyTest) {
   check_config<ConfigTinyTest>("tiny-test small vocab", 50);
 }
 
+// Qwen3.5 hybrids: the published [DeltaNet x 3, attention] pattern, all DeltaNet, all attention.
+constexpr int kQwen35Vocab = 248320;
+TEST(MegakernelPlan, Qwen35_08b) {
+  uint64_t published = 0;
+  for (int l = 0; l < ConfigQwen35_08B::L; ++l)
+    if (l % 4 != 3) published |= uint64_t(1) << l;
+  check_config<ConfigQwen35_08B>("qwen3.5-0.8b", kQwen35Vocab, published);
+  check_config<ConfigQwen35_08B>("qwen3.5-0.8b all DeltaNet", kQwen35Vocab, (uint64_t(1) << 24) - 1);
+  check_config<ConfigQwen35_08B>("qwen3.5-0.8b all attention", kQwen35Vocab, 0);
+}
+TEST(MegakernelPlan, TinyHybrids) {
+  check_config<ConfigTinyHybrid>("tiny-hybrid", 1000, 0b01);
+  check_config<ConfigTinyHybridGqa>("tiny-hybrid-gqa", 1000, 0b110);
+  check_config<ConfigTinyHybridGqa>("tiny-hybrid-gqa small vocab", 50, 0b110);
+}
+
 // Shared memory per config, printed for the record (static_asserts in configs.cuh enforce the limit).
 TEST(MegakernelPlan, SharedMemoryBudgets) {
   auto show = [](const char* name, size_t smem, size_t buf) {
@@ -208,6 +261,9 @@ TEST(MegakernelPlan, SharedMemoryBudgets) {
   show("qwen3-1.7b", ConfigQwen3_17B::kSmemBytes, ConfigQwen3_17B::kBufBytes);
   show("qwen3-4b", ConfigQwen3_4B::kSmemBytes, ConfigQwen3_4B::kBufBytes);
   show("tiny-test", ConfigTinyTest::kSmemBytes, ConfigTinyTest::kBufBytes);
+  show("qwen3.5-0.8b", ConfigQwen35_08B::kSmemBytes, ConfigQwen35_08B::kBufBytes);
+  show("tiny-hybrid", ConfigTinyHybrid::kSmemBytes, ConfigTinyHybrid::kBufBytes);
+  show("tiny-hybrid-gqa", ConfigTinyHybridGqa::kSmemBytes, ConfigTinyHybridGqa::kBufBytes);
 }
 
 }  // namespace

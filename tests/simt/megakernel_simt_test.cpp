@@ -180,7 +180,7 @@ RunResult run_megakernel(const RunSpec& s) {
   static const HostWeights w(*model);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t L = C::L, H = C::H, Q = C::Q, KV = C::KV, I = C::I, V = kVocab;
-  std::vector<float> x((L + 1) * H, nan), xmid(L * H, nan), qkv(L * C::QKV_ROWS, nan), attn(L * Q, nan), act(L * I, nan),
+  std::vector<float> x((L + 1) * H, nan), xmid(L * H, nan), qkv(L * C::kQkvRowFloats, nan), attn(L * Q, nan), act(L * I, nan),
       partial_o(L * C::HEADS * mk::kMaxSplits * C::D, nan), partial_ml(L * C::HEADS * mk::kMaxSplits * 2, nan),
       best_v(size_t(s.ctas), nan), logits(size_t(s.max_tokens) * V, nan), sel_vals(V, nan),
       cand_v(size_t(s.ctas) * mk::kMaxTopK, nan);
@@ -196,14 +196,17 @@ RunResult run_megakernel(const RunSpec& s) {
   mailbox->finished = 0;
   for (int i = 0; i < mk::kLaunchTokenCap; ++i) mailbox->tokens[i] = -1;
 
+  std::vector<mk::LayerWeights> layers = w.layers;
+  for (size_t l = 0; l < L; ++l) {
+    layers[l].k_cache = k_cache.data() + l * kContext * KV;
+    layers[l].v_cache = v_cache.data() + l * kContext * KV;
+  }
   mk::Params p{};
-  p.layers = w.layers.data();
+  p.layers = layers.data();
   p.embed = w.embed.data();
   p.lm_head = w.embed.data();  // tied, as the tiny preset
   p.final_norm = w.final_norm.data();
   p.inv_freq = w.inv_freq.data();
-  p.k_cache = k_cache.data();
-  p.v_cache = v_cache.data();
   p.context = kContext;
   p.x = x.data();
   p.xmid = xmid.data();

@@ -32,13 +32,6 @@ void check_shapes(const ModelConfig& c) {
 
 }  // namespace
 
-DecodeKernel parse_decode_kernel(const std::string& name) {
-  if (name == "auto") return DecodeKernel::Auto;
-  if (name == "megakernel") return DecodeKernel::Megakernel;
-  if (name == "per-op" || name == "perop") return DecodeKernel::PerOp;
-  fail("unknown decode kernel '{}'; choose auto, megakernel or per-op", name);
-}
-
 CudaMemoryPlan plan_cuda_memory(const Model& model, const CudaEngineOptions& options) {
   const ModelConfig& c = model.config;
   const uint64_t context = uint64_t(resolve_cuda_context(c, options.context));
@@ -110,34 +103,33 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   sampler_ = DeviceSampler(c.vocab_size, stream_);
   step_ = DecodeStep(V);
 
-  // The decode kernel for whole runs of tokens (generate_on_device).
-  DecodeKernel choice = options_.decode_kernel;
-  if (choice == DecodeKernel::Auto)
-    if (const char* env = std::getenv("MEGAQWEN_DECODE"); env && *env) choice = parse_decode_kernel(env);
-  if (choice == DecodeKernel::PerOp) {
-    decode_note_ = "per-op (requested)";
-  } else {
-    const std::string why = mk::Megakernel::unsupported_reason(c, options_.device);
-    if (why.empty()) {
-      try {
-        megakernel_ = std::make_unique<mk::Megakernel>(c, weights_, k_cache_.data(), v_cache_.data(), context_,
-                                                       inv_freq_.data(), options_.device, stream_);
-        decode_note_ = megakernel_->describe();
-      } catch (const Error& e) {
-        // Auto keeps the per-op path working when the megakernel cannot start here (e.g. its blocks
-        // are not all co-resident on this device); only an explicit request fails.
-        if (choice == DecodeKernel::Megakernel) throw;
-        decode_note_ = std::string("per-op (the megakernel could not start: ") + e.what() + ")";
-      }
-    } else if (choice == DecodeKernel::Megakernel) {
-      fail("--decode-kernel megakernel: {}", why);
-    } else {
-      decode_note_ = "per-op (" + why + ")";
+  // The decode kernel for whole runs of tokens (generate_on_device), over the same weights and cache.
+  decoder_ = MegakernelDecoder(options_.decode_kernel, c, options_.device, stream_, [&] {
+    mk::Binding b;
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const CudaLayerWeights& w = weights_.layers[l];
+      mk::LayerWeights lw{};
+      lw.qkv = w.qkv.data();
+      lw.o = w.o.data();
+      lw.gate_up = w.gate_up.data();
+      lw.down = w.down.data();
+      lw.input_norm = w.input_norm.data();
+      lw.post_norm = w.post_norm.data();
+      lw.q_norm = w.q_norm.data();
+      lw.k_norm = w.k_norm.data();
+      lw.k_cache = k_layer(int(l));
+      lw.v_cache = v_layer(int(l));
+      b.layers.push_back(lw);
     }
-  }
+    b.embed = weights_.embed.data();
+    b.lm_head = weights_.lm_head;
+    b.final_norm = weights_.final_norm.data();
+    b.inv_freq = inv_freq_.data();
+    b.context = context_;
+    return b;
+  });
   device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
-  device_name_ += ", decode: " + (megakernel_ ? std::string("megakernel") : std::string("per-op"));
-  if (megakernel_ && megakernel_->ablate()) device_name_ += " (MEGAQWEN_MK_ABLATE=" + std::to_string(megakernel_->ablate()) + ")";
+  device_name_ += decoder_.device_suffix();
   // The whole device, not just stream_: the cudaMemset / cudaMemcpy calls above went to the legacy
   // default stream, which a cudaStreamNonBlocking stream does not wait for (a pageable cudaMemcpy
   // may return before its DMA lands), so the first prefill could otherwise race the uploads.
@@ -273,78 +265,26 @@ std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params
 }
 
 // Whole runs of decode steps in the megakernel, drawing as sample_on_device would from the same
-// logits: the same transform (penalties, temperature), Gumbel-max keys for plain sampling, the
-// filtered sampler's arithmetic and key for top-k (+ top-p / min-p), and the nucleus sampler's for
-// top-p / min-p without a top-k. A top-k the kernel's selection cannot hold stays on the
-// per-operator path.
+// logits (MegakernelDecoder; a top-k the kernel's selection cannot hold stays on the per-op path).
 std::string CudaEngine::megakernel_unsupported_reason(const SamplingParams& params) const {
-  if (!megakernel_) return decode_note_;
-  params.validate();
-  if (params.greedy()) return {};
-  const int V = model_->config.vocab_size;
-  const bool top_k_on = params.top_k > 0 && params.top_k < V;
-  if (top_k_on) return megakernel_->filter_unsupported_reason(params.top_k);
-  if ((params.top_p < 1.0f || params.min_p > 0.0f) && V >= kNucleusMaxVocab)
-    return "a vocabulary of " + std::to_string(V) + " ids is beyond the nucleus sampler's " +
-           std::to_string(kNucleusMaxVocab);
-  return {};
+  return decoder_.unsupported_reason(params);
 }
 
 std::optional<int> CudaEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                                   const SamplingParams& params, std::span<const int32_t> history,
                                                   const std::function<bool(int32_t)>& on_token) {
-  if (!megakernel_) return std::nullopt;
-  if (!megakernel_unsupported_reason(params).empty()) return std::nullopt;
-  if (eos_ids.size() > size_t(mk::kMaxEos)) return std::nullopt;
+  if (!decoder_.serves(params, eos_ids)) return std::nullopt;
   return megakernel_generate(token, max_tokens, eos_ids, params, history, on_token, nullptr);
 }
 
 int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                     const SamplingParams& params, std::span<const int32_t> history,
                                     const std::function<bool(int32_t)>& on_token, float* logits_out) {
-  if (!megakernel_) fail("the megakernel is not in use: {}", decode_note_);
   check_new_tokens(std::span<const int32_t>(&token, 1));
-  if (max_tokens < 1) return 0;
   max_tokens = std::min(max_tokens, context_ - position_);  // every drawn token but the last is appended
-  mk::RunRequest req;
-  req.token = token;
-  req.max_tokens = max_tokens;
-  req.eos_ids = eos_ids;
-  {
-    const std::string why = megakernel_unsupported_reason(params);
-    if (!why.empty()) fail("the megakernel cannot sample with these parameters: {}", why);
-  }
-  const int V = model_->config.vocab_size;
-  const bool top_k_on = !params.greedy() && params.top_k > 0 && params.top_k < V;
-  const bool cuts = params.top_p < 1.0f || params.min_p > 0.0f;
-  req.gumbel = !params.greedy() && !top_k_on && !cuts;
-  req.nucleus = !params.greedy() && !top_k_on && cuts;
-  req.top_k = top_k_on ? params.top_k : 0;
-  req.top_p = params.top_p;
-  req.min_p = params.min_p;
-  req.temperature = params.greedy() ? 1.0f : params.temperature;
-  req.seed = params.seed;
-  req.step = uint64_t(history.size());
-  req.repetition_penalty = params.repetition_penalty;
-  req.presence_penalty = params.presence_penalty;
-  req.frequency_penalty = params.frequency_penalty;
-  req.history = history;
-  req.logits_out = logits_out;
-  // Every on_token call stands for one appended token (the one fed before that draw), also when the
-  // callback throws (the runner stops the kernel first): keep position_ equal to what was delivered.
-  int calls = 0;
-  int drawn = 0;
-  try {
-    drawn = megakernel_->run(position_, req, [&](int32_t id) {
-      ++calls;
-      return on_token(id);
-    });
-  } catch (...) {
-    position_ += calls;
-    throw;
-  }
-  position_ += drawn;
-  return drawn;
+  // Each delivered token stands for one appended token (also when on_token throws): position_ follows.
+  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, on_token, logits_out,
+                           [this](int32_t) { ++position_; });
 }
 
 }  // namespace megaqwen::cuda

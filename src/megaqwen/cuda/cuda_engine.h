@@ -26,21 +26,11 @@
 #include "megaqwen/cuda/device_sampler.h"
 #include "megaqwen/cuda/device_setup.h"
 #include "megaqwen/cuda/decode_step.h"
+#include "megaqwen/cuda/megakernel_decoder.h"
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/model/model.h"
 
 namespace megaqwen::cuda {
-
-namespace mk {
-class Megakernel;
-}
-
-// Which kernel runs decode steps that Generator hands over whole (Engine::generate_on_device):
-// Auto takes the megakernel where it applies (a compiled Qwen3 shape, sm_90+, one CTA per SM fits)
-// and the per-operator path otherwise; Megakernel fails at construction where it does not apply.
-// The environment variable MEGAQWEN_DECODE=auto|megakernel|per-op overrides Auto.
-enum class DecodeKernel { Auto, Megakernel, PerOp };
-DecodeKernel parse_decode_kernel(const std::string& name);  // "auto", "megakernel", "per-op"
 
 struct CudaEngineOptions {
   int context = 0;                // KV cache capacity; 0: min(max_position_embeddings, 4096)
@@ -89,9 +79,9 @@ class CudaEngine final : public Engine {
   int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
                           std::span<const int32_t> history, const std::function<bool(int32_t)>& on_token,
                           float* logits_out);
-  bool uses_megakernel() const { return megakernel_ != nullptr; }
-  const std::string& decode_kernel_note() const { return decode_note_; }  // what decodes, or why not the megakernel
-  const mk::Megakernel* megakernel() const { return megakernel_.get(); }
+  bool uses_megakernel() const { return decoder_.active(); }
+  const std::string& decode_kernel_note() const { return decoder_.note(); }  // what decodes, or why not the megakernel
+  const mk::Megakernel* megakernel() const { return decoder_.megakernel(); }
 
   const CudaEngineOptions& options() const { return options_; }
   int decode_splits() const { return splits_; }
@@ -113,8 +103,7 @@ class CudaEngine final : public Engine {
   CudaStream owned_stream_;   // declared before everything that works on it: destroyed after them
   cudaStream_t stream_ = nullptr;  // owned_stream_.get()
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
-  std::unique_ptr<mk::Megakernel> megakernel_;  // null: per-operator decode only
-  std::string decode_note_;
+  MegakernelDecoder decoder_;  // the megakernel, when chosen; per-operator decode otherwise
   CudaWeights weights_;
 
   DeviceBuffer<uint16_t> k_cache_, v_cache_;  // [L, context, kv_heads, D] bf16

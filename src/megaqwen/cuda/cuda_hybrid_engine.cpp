@@ -5,6 +5,7 @@
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/cuda/prefill_logits.h"
 #include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/engine/cpu_ops.h"
@@ -98,9 +99,6 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
     : model_(std::move(model)), options_(options) {
   const ModelConfig& c = model_->config;
   check_hybrid_shapes(c);
-  if (options_.decode_kernel == DecodeKernel::Megakernel)
-    fail("--decode-kernel megakernel: the megakernel runs Qwen3 dense models only; {} decodes per operator",
-         c.model_type);
   context_ = resolve_cuda_context(c, options_.context);
   chunk_ = std::max(1, std::min(options_.prefill_chunk, context_));
 
@@ -164,7 +162,45 @@ CudaHybridEngine::CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngin
 
   device_name_ += std::string(", prefill attention: ") + (options_.tensor_core_prefill ? "tc" : "fp32");
   device_name_ += std::string(", DeltaNet prefill: ") + (options_.chunked_delta_rule ? "chunked" : "sequential");
-  device_name_ += ", decode: per-op (Qwen3.5 hybrid)";
+  // Whole runs of decode steps (generate_on_device) in the megakernel, over the same weights and states.
+  decoder_ = MegakernelDecoder(options_.decode_kernel, c, options_.device, stream_, [&] {
+    mk::Binding b;
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const CudaHybridLayerWeights& w = weights_.layers[l];
+      const int slot = slot_[l];
+      mk::LayerWeights lw{};
+      lw.gate_up = w.gate_up.data();
+      lw.down = w.down.data();
+      lw.input_norm = w.input_norm.data();
+      lw.post_norm = w.post_norm.data();
+      if (w.type == LayerType::FullAttention) {
+        lw.qkv = w.qgkv.data();
+        lw.o = w.o.data();
+        lw.q_norm = w.q_norm.data();
+        lw.k_norm = w.k_norm.data();
+        lw.k_cache = k_layer(slot);
+        lw.v_cache = v_layer(slot);
+      } else {
+        lw.in_proj = w.in_proj.data();
+        lw.conv = w.conv.data();
+        lw.A_log = w.A_log.data();
+        lw.dt_bias = w.dt_bias.data();
+        lw.gated_norm = w.gated_norm.data();
+        lw.out = w.out.data();
+        lw.state = recurrent_state(slot);
+        lw.conv_state = conv_state(slot);
+        b.delta_layers |= uint64_t(1) << l;
+      }
+      b.layers.push_back(lw);
+    }
+    b.embed = weights_.embed.data();
+    b.lm_head = weights_.lm_head;
+    b.final_norm = weights_.final_norm.data();
+    b.inv_freq = inv_freq_.data();
+    b.context = context_;
+    return b;
+  });
+  device_name_ += decoder_.device_suffix() + " (Qwen3.5 hybrid)";
   // The uploads went to the legacy default stream, which stream_ (non-blocking) does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -338,6 +374,30 @@ std::span<const float> CudaHybridEngine::decode(int32_t token) {
 }
 
 void CudaHybridEngine::decode_only(int32_t token) { run_decode_step(token); }
+
+std::string CudaHybridEngine::megakernel_unsupported_reason(const SamplingParams& params) const {
+  return decoder_.unsupported_reason(params);
+}
+
+std::optional<int> CudaHybridEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                                        const SamplingParams& params, std::span<const int32_t> history,
+                                                        const std::function<bool(int32_t)>& on_token) {
+  if (!decoder_.serves(params, eos_ids)) return std::nullopt;
+  return megakernel_generate(token, max_tokens, eos_ids, params, history, on_token, nullptr);
+}
+
+int CudaHybridEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                          const SamplingParams& params, std::span<const int32_t> history,
+                                          const std::function<bool(int32_t)>& on_token, float* logits_out) {
+  check_new_tokens(std::span<const int32_t>(&token, 1));
+  max_tokens = std::min(max_tokens, context_ - position_);  // every drawn token but the last is appended
+  // Each appended token is recorded, as run_decode_step does, so truncate() can replay it.
+  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, on_token, logits_out,
+                           [this](int32_t fed) {
+                             rollback_.record(position_, std::span<const int32_t>(&fed, 1));
+                             ++position_;
+                           });
+}
 
 std::optional<int32_t> CudaHybridEngine::sample_on_device(const SamplingParams& params,
                                                           std::span<const int32_t> history) {

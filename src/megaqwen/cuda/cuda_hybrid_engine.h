@@ -11,7 +11,9 @@
 // State on the device: a bf16 KV cache for the attention layers only ([full layers, context,
 // kv_heads, D]), and per DeltaNet layer the fp32 recurrent state [nv, dk, dv] and conv window
 // [K-1, C]. truncate() restores a device snapshot of those states and replays token ids
-// (recurrent_rollback.h), as CpuHybridEngine does. No megakernel: decode is per-operator.
+// (recurrent_rollback.h), as CpuHybridEngine does. Whole runs of decode steps (generate_on_device) go
+// to the decode megakernel where a compiled hybrid config matches (MegakernelDecoder; the per-operator
+// graph otherwise), over the same weights, cache and states.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,7 +42,7 @@ CudaMemoryPlan plan_hybrid_memory(const Model& model, const CudaEngineOptions& o
 
 class CudaHybridEngine final : public Engine {
  public:
-  // options.decode_kernel: Auto and PerOp decode per operator; Megakernel fails (Qwen3 only).
+  // options.decode_kernel: as CudaEngine (Auto takes the megakernel where it applies).
   CudaHybridEngine(std::shared_ptr<const Model> model, CudaEngineOptions options = {});
   ~CudaHybridEngine() override;
 
@@ -58,6 +60,18 @@ class CudaHybridEngine final : public Engine {
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.bytes() + conv_state_.bytes()); }
   std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
   void decode_only(int32_t token) override;
+  // The megakernel path, as CudaEngine's: generate_on_device runs whole stretches of decode steps in
+  // it (nullopt where it does not apply), megakernel_generate also writes each step's raw logits to
+  // device memory logits_out [max_tokens, V] (tests). Every appended token is recorded for truncate().
+  std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
+                                        const SamplingParams& params, std::span<const int32_t> history,
+                                        const std::function<bool(int32_t)>& on_token) override;
+  std::string megakernel_unsupported_reason(const SamplingParams& params) const;
+  int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                          std::span<const int32_t> history, const std::function<bool(int32_t)>& on_token,
+                          float* logits_out);
+  bool uses_megakernel() const { return decoder_.active(); }
+  const std::string& decode_kernel_note() const { return decoder_.note(); }
 
   std::vector<int> snapshot_positions() const { return rollback_.snapshot_positions(); }
   int64_t replayed_tokens() const { return rollback_.replayed_tokens(); }
@@ -91,6 +105,7 @@ class CudaHybridEngine final : public Engine {
   CudaStream owned_stream_;  // declared before everything that works on it: destroyed after them
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;  // created at the first prefill
+  MegakernelDecoder decoder_;         // the megakernel, when chosen; per-operator decode otherwise
   CudaHybridWeights weights_;
 
   DeviceBuffer<uint16_t> k_cache_, v_cache_;    // [full layers, context, kv_heads, D] bf16

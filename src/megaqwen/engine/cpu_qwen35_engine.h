@@ -50,6 +50,10 @@ class CpuHybridEngine final : public Engine {
   // Tokens replayed by truncate() since construction (for tests: a rollback that lands on a snapshot
   // replays nothing).
   int64_t replayed_tokens() const { return rollback_.replayed_tokens(); }
+  // The DeltaNet states now (for tests: the GPU paths keep the same layouts): recurrent
+  // [linear layers, nv, key dim, value dim], conv [linear layers, K - 1, conv dim].
+  std::span<const float> recurrent_states() const { return recurrent_; }
+  std::span<const float> conv_states() const { return conv_state_; }
 
  private:
 

@@ -338,7 +338,11 @@ void write_synthetic_model(const SynthOptions& o) {
   if (o.vocab_size < 0) fail("a vocabulary of {} tokens", o.vocab_size);
   if (o.num_layers < 0) fail("a model of {} layers", o.num_layers);
   if (o.num_layers > 0) {
-    if (config.is_hybrid()) fail("the layer count of a hybrid preset is its layer pattern's; it cannot be changed");
+    if (config.is_hybrid()) {  // the preset's layer pattern, repeated or cut to num_layers
+      std::vector<LayerType> types;
+      for (int l = 0; l < o.num_layers; ++l) types.push_back(config.layer_types[size_t(l) % config.layer_types.size()]);
+      config.layer_types = std::move(types);
+    }
     config.num_layers = o.num_layers;
   }
   if (o.vocab_size > 0) {

@@ -34,7 +34,8 @@ struct SynthOptions {
   std::filesystem::path tokenizer_dir;  // tokenizer files copied from here when not empty
   int vocab_size = 0;                   // > 0: this vocabulary instead of the preset's (fast emulator
                                         // tests; the model then has no matching tokenizer)
-  int num_layers = 0;                   // > 0: this many layers instead of the preset's (Qwen3 only)
+  int num_layers = 0;                   // > 0: this many layers instead of the preset's (a hybrid's
+                                        // layer pattern repeated or cut to them)
   int threads = 0;
 };
 

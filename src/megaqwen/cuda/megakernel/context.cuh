@@ -26,7 +26,7 @@ struct Ctx {
 
   __device__ Ctx(const Params& params) : p(params), cta(int(blockIdx.x)), ctas(int(gridDim.x)) {
     lay.layers = C::L;
-    lay.kv_heads = C::KV_HEADS;
+    lay.kv_heads = C::GROUPS;
   }
   __device__ uint32_t* counter(Counter c, int l = 0, int g = 0) const { return p.counters + lay.word(c, l, g); }
   // Every CTA adds 1 per token to the all-CTA counters: this is the target for token t.

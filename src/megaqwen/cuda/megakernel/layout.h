@@ -9,11 +9,17 @@
 // ld.acquire.gpu (sync.cuh).
 //
 //   counter             indexed by      added by                        per token   waited on by
-//   QkvReady[l][g]      layer, kv head  stage A, rows of group g it      (G+2)*D     stage B (kv head g)
+//   QkvReady[l][g]      layer, group    stage A, rows of group g it      (G+2)*D     stage B (kv head g)
 //                                       wrote (q heads of g, k_g, v_g)
-//   AttnTicket[l][g]    layer, kv head  stage B, one per split           splits      (ticket: last split merges)
+//   AttnTicket[l][g]    layer, group    stage B, one per split           splits      (ticket: last split merges)
 //   AttnReady[l]        layer           stage B, the merging split       kv_heads    stage C
 //   ODone[l]            layer           stage C, every CTA once          ctas        stage D
+// Qwen3.5 hybrids use the same counters for both mixers (a group is a kv head of a gated-attention
+// layer, or a key head of a DeltaNet layer with its value heads; counts per token in the stage files):
+//   QkvReady[l][g]      gated attention: (2G+2)*D rows (q, gate, k, v); DeltaNet: stage A' (in_proj
+//                       + conv), the rows of key head g and of its value heads (q, k, v, z, b, a)
+//   AttnReady[l]        DeltaNet: stage B', one per (value head, column block) item; waited on by C'
+//   ODone[l]            DeltaNet: stage C' (gated norm + out_proj), every CTA once
 //   MlpDone[l]          layer           stage D, every CTA once          ctas        stage E
 //   DownDone[l]         layer           stage E, every CTA once          ctas        stage A of l+1, LM head
 //   LmTicket            -               LM head, every CTA once          ctas        (ticket: last CTA selects)
@@ -44,6 +50,7 @@ constexpr int kMaxSplits = 32;         // attention splits per kv head (partials
 constexpr int kMinAttnChunk = 64;      // positions: fewer per split would only add merge work
 constexpr int kMaxEos = 8;             // eos ids the kernel checks itself
 constexpr int kCounterStride = 32;     // uint32 words between counters (128 bytes: no false sharing)
+constexpr int kMaxLayers = 64;         // Params::delta_layers is a 64-bit mask
 constexpr int kLaunchTokenCap = 4096;  // tokens one launch may draw (mailbox size); the runner relaunches
 constexpr int kMaxTopK = 64;           // filtered sampling in the kernel: top_k in 1..kMaxTopK (else per-op)
 constexpr int kSelectTestMembers = 1024;  // select_test_kernel's nucleus member buffer (at most)
@@ -86,6 +93,10 @@ MEGAQWEN_MK_HD constexpr int attention_used_splits(int n, int splits) {
   return (n + chunk - 1) / chunk;
 }
 
+// ---- DeltaNet work split ----
+// Value columns per stage B' item (hybrid configs): NV * DV / delta_columns(DV) items per layer.
+MEGAQWEN_MK_HD constexpr int delta_columns(int dv) { return dv < 16 ? dv : 16; }
+
 // ---- stages (timing slots, schedule) ----
 enum class Stage : int { Qkv = 0, Attention, OProj, Mlp, Down, LmHead, Select, Count };
 constexpr int kStageCount = int(Stage::Count);
@@ -101,7 +112,7 @@ inline const char* stage_name(Stage s) {
 enum class Counter : int { QkvReady = 0, AttnTicket, AttnReady, ODone, MlpDone, DownDone, LmTicket, Step, Done, StopSeen };
 
 struct CounterLayout {
-  int layers = 0, kv_heads = 0;
+  int layers = 0, kv_heads = 0;  // kv_heads: groups per layer (hybrid: max(kv heads, DeltaNet key heads))
   // Index (in counters, before the stride) of counter `c` for layer l and kv head g.
   MEGAQWEN_MK_HD constexpr int slot(Counter c, int l = 0, int g = 0) const {
     const int LG = layers * kv_heads;
@@ -127,8 +138,11 @@ struct CounterLayout {
 // ---- the kernel's parameters ----
 // bf16 data as uint16_t bit patterns (this header has no CUDA types). Shapes: H hidden, Q = heads*D,
 // KV = kv_heads*D, I intermediate, V vocabulary, L layers, S = kMaxSplits.
+// One layer's weights and cache. Qwen3.5 hybrids (norm weights with their 1 + w folded in at upload,
+// cuda_hybrid_weights.h): a gated-attention layer uses qkv (q | gate | k | v rows), o, the norms and its
+// cache; a DeltaNet layer (Params::delta_layers) uses in_proj ... conv_state instead of qkv, o and the cache.
 struct LayerWeights {
-  const uint16_t* qkv;      // [Q + 2KV, H] bf16: q, k, v rows stacked (cuda_weights.h)
+  const uint16_t* qkv;      // [Q + 2KV, H] bf16: q, k, v rows stacked (cuda_weights.h); hybrid [2Q + 2KV, H]
   const uint16_t* o;        // [H, Q] bf16
   const uint16_t* gate_up;  // [2I, H] bf16, gate row i at 2i, up row i at 2i + 1
   const uint16_t* down;     // [H, I] bf16
@@ -136,6 +150,17 @@ struct LayerWeights {
   const float* post_norm;   // [H]
   const float* q_norm;      // [D]
   const float* k_norm;      // [D]
+  uint16_t* k_cache;        // this layer's bf16 [context, kv_heads, D], shared with the per-operator path
+  uint16_t* v_cache;
+  // Gated DeltaNet (kernels/gated_delta_net.cuh has the layouts).
+  const uint16_t* in_proj;  // [CD + VD + 2NV, H] bf16: qkv | z | b | a (CD = 2 NK DK + NV DV, VD = NV DV)
+  const uint16_t* conv;     // [CD, CONV_K] bf16 taps
+  const float* A_log;       // [NV]
+  const float* dt_bias;     // [NV]
+  const float* gated_norm;  // [DV], plain weight
+  const uint16_t* out;      // [H, VD] bf16
+  float* state;             // [NV, DK, DV] fp32 recurrent state
+  float* conv_state;        // [CONV_K - 1, CD] fp32, the last inputs oldest first
 };
 
 // The host's side of the token stream: pinned, mapped (cudaHostAllocMapped) memory the kernel writes
@@ -154,17 +179,15 @@ struct Params {
   const uint16_t* embed;       // [V, H] bf16
   const uint16_t* lm_head;     // [V, H] bf16 (== embed when tied)
   const float* final_norm;     // [H]
-  const float* inv_freq;       // [D/2] RoPE inverse frequencies (cpu::rope_inv_freq)
-  // KV cache, bf16 [L, context, kv_heads, D], shared with the per-operator path.
-  uint16_t* k_cache;
-  uint16_t* v_cache;
-  int context;
+  const float* inv_freq;       // [R/2] RoPE inverse frequencies (cpu::rope_inv_freq; R = D for Qwen3)
+  uint64_t delta_layers;       // bit l set: layer l is a Gated DeltaNet layer (hybrid configs only)
+  int context;                 // rows of each layer's KV cache
   // Workspace written during the launch (every buffer written once per token: no reuse hazards
   // inside a token; across tokens the Step barrier orders them).
   float* x;           // [L + 1, H]  x[l] = residual entering layer l (x[0] unused: the embedding row)
   float* xmid;        // [L, H]      after the attention block
-  float* qkv;         // [L, Q + 2KV] raw projections
-  float* attn;        // [L, Q]      merged attention output
+  float* qkv;         // [L, max(Q + 2KV, IN)] raw projections (DeltaNet: q, k, v after conv + SiLU)
+  float* attn;        // [L, max(Q, VD)] merged attention output, or the DeltaNet's o before its norm
   float* act;         // [L, I]      silu(gate) * up
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
@@ -184,6 +207,7 @@ struct Params {
   int n_eos;
   int32_t eos[kMaxEos];
   float eps;
+  float l2_eps;           // DeltaNet q / k l2 norm (cpu::kDeltaNetL2NormEps)
   float attn_scale_log2;  // log2(e) / sqrt(D)
   uint32_t ablate;        // kAblate* bits (0 in production)
   // Token selection (select.cuh). Every mode first applies the penalties (counts != null) and the

@@ -39,8 +39,14 @@ namespace {
 
 template <class C>
 bool matches(const Shape& s) {
-  return s.hidden == C::H && s.layers == C::L && s.heads == C::HEADS && s.kv_heads == C::KV_HEADS && s.head_dim == C::D &&
-         s.intermediate == C::I;
+  const bool common = s.hidden == C::H && s.layers == C::L && s.heads == C::HEADS && s.kv_heads == C::KV_HEADS &&
+                      s.head_dim == C::D && s.intermediate == C::I && s.hybrid == C::kHybrid;
+  if constexpr (C::kHybrid) {
+    return common && s.rotary_dim == C::R && s.key_heads == C::NK && s.value_heads == C::NV && s.key_dim == C::DK &&
+           s.value_dim == C::DV && s.conv_kernel == C::CONV_K;
+  } else {
+    return common;
+  }
 }
 
 template <class C>
@@ -55,13 +61,21 @@ bool dispatch(const Shape& s, F&& f) {
   if (matches<ConfigQwen3_17B>(s)) return f.template operator()<ConfigQwen3_17B>("qwen3-1.7b"), true;
   if (matches<ConfigQwen3_4B>(s)) return f.template operator()<ConfigQwen3_4B>("qwen3-4b"), true;
   if (matches<ConfigTinyTest>(s)) return f.template operator()<ConfigTinyTest>("tiny-test"), true;
+  if (matches<ConfigQwen35_08B>(s)) return f.template operator()<ConfigQwen35_08B>("qwen3.5-0.8b"), true;
+  if (matches<ConfigTinyHybrid>(s)) return f.template operator()<ConfigTinyHybrid>("tiny-hybrid"), true;
+  if (matches<ConfigTinyHybridGqa>(s)) return f.template operator()<ConfigTinyHybridGqa>("tiny-hybrid-gqa"), true;
   return false;
 }
 
 template <class C>
 std::string shape_text(const char* name) {
-  return std::string(name) + " (" + std::to_string(C::H) + "/" + std::to_string(C::L) + "/" + std::to_string(C::HEADS) +
-         "/" + std::to_string(C::KV_HEADS) + "/" + std::to_string(C::D) + "/" + std::to_string(C::I) + ")";
+  std::string t = std::string(name) + " (" + std::to_string(C::H) + "/" + std::to_string(C::L) + "/" +
+                  std::to_string(C::HEADS) + "/" + std::to_string(C::KV_HEADS) + "/" + std::to_string(C::D) + "/" +
+                  std::to_string(C::I);
+  if constexpr (C::kHybrid)
+    t += ", rotary " + std::to_string(C::R) + ", DeltaNet " + std::to_string(C::NK) + "/" + std::to_string(C::NV) +
+         " heads of " + std::to_string(C::DK) + "/" + std::to_string(C::DV) + ", conv " + std::to_string(C::CONV_K);
+  return t + ")";
 }
 
 }  // namespace
@@ -74,8 +88,9 @@ std::optional<KernelInfo> find_config(const Shape& shape) {
 
 std::string compiled_configs() {
   return shape_text<ConfigQwen3_06B>("qwen3-0.6b") + ", " + shape_text<ConfigQwen3_17B>("qwen3-1.7b") + ", " +
-         shape_text<ConfigQwen3_4B>("qwen3-4b") + ", " + shape_text<ConfigTinyTest>("tiny-test") +
-         " (hidden/layers/heads/kv_heads/head_dim/intermediate)";
+         shape_text<ConfigQwen3_4B>("qwen3-4b") + ", " + shape_text<ConfigTinyTest>("tiny-test") + ", " +
+         shape_text<ConfigQwen35_08B>("qwen3.5-0.8b") + ", " + shape_text<ConfigTinyHybrid>("tiny-hybrid") + ", " +
+         shape_text<ConfigTinyHybridGqa>("tiny-hybrid-gqa") + " (hidden/layers/heads/kv_heads/head_dim/intermediate)";
 }
 
 int max_ctas_per_sm(const Shape& shape) {

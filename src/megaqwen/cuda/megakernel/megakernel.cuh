@@ -3,6 +3,8 @@
 // Per token, each CTA runs, in order:
 //   for each layer l:  A stage_qkv  ->  B stage_attention  ->  C stage_o_proj  ->  D stage_mlp  ->  E stage_down
 //   then               stage_lm_head (final norm, LM head slice, per-CTA best, token selection)
+// A Qwen3.5 hybrid's DeltaNet layers run A' stage_delta_in -> B' stage_delta_rule -> C' stage_delta_out
+// in place of A -> B -> C (its attention layers run A, B, C with the gated-attention variants).
 // and the token loop continues with the drawn token's embedding row, at position + 1, until the
 // selecting CTA sets Done (eos id, budget, host stop request). No grid-wide barrier: each stage waits
 // only for the counter(s) its input needs (layout.h), and the weight stream (stream.cuh) runs ahead of
@@ -13,6 +15,9 @@
 #pragma once
 
 #include "megaqwen/cuda/megakernel/stage_attention.cuh"
+#include "megaqwen/cuda/megakernel/stage_delta_in.cuh"
+#include "megaqwen/cuda/megakernel/stage_delta_out.cuh"
+#include "megaqwen/cuda/megakernel/stage_delta_rule.cuh"
 #include "megaqwen/cuda/megakernel/stage_down.cuh"
 #include "megaqwen/cuda/megakernel/stage_lm_head.cuh"
 #include "megaqwen/cuda/megakernel/stage_mlp.cuh"
@@ -41,7 +46,7 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
   c.red = reinterpret_cast<float*>(small + kSmallRed);
   c.flags = reinterpret_cast<int*>(small + kSmallFlags);
   c.sched = reinterpret_cast<Schedule<C>*>(small + kSmallSched);
-  if (threadIdx.x == 0) c.sched->init(c.cta, c.ctas, p.vocab);
+  if (threadIdx.x == 0) c.sched->init(c.cta, c.ctas, p.vocab, p.delta_layers);
   c.stream.init(smem, reinterpret_cast<uint64_t*>(small + kSmallBars), c.sched, &p);  // syncs
   c.stream.prime();  // the first weight chunks are in flight before anything else happens
   c.token = p.first_token;
@@ -64,9 +69,20 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
       c.token = c.flags[2];
     }
     for (int l = 0; l < C::L; ++l) {
-      stage_qkv(c, l);
-      stage_attention(c, l);
-      stage_o_proj(c, l);
+      bool delta = false;
+      if constexpr (C::kHybrid) {
+        delta = c.sched->is_delta(l);
+        if (delta) {  // a Qwen3.5 Gated DeltaNet layer
+          stage_delta_in(c, l);
+          stage_delta_rule(c, l);
+          stage_delta_out(c, l);
+        }
+      }
+      if (!delta) {
+        stage_qkv(c, l);
+        stage_attention(c, l);
+        stage_o_proj(c, l);
+      }
       stage_mlp(c, l);
       stage_down(c, l);
     }

@@ -16,6 +16,9 @@ namespace megaqwen::cuda::mk {
 
 struct Shape {
   int hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+  // Qwen3.5 hybrids: rotary dims and the DeltaNet's heads (0 for Qwen3).
+  bool hybrid = false;
+  int rotary_dim = 0, key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
 };
 
 struct KernelInfo {

@@ -10,6 +10,7 @@
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda::mk {
@@ -17,19 +18,37 @@ namespace megaqwen::cuda::mk {
 namespace {
 
 Shape shape_of(const ModelConfig& c) {
-  return {c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size};
+  Shape s{c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size};
+  if (c.is_hybrid()) {
+    s.hybrid = true;
+    s.rotary_dim = c.rotary_dim;
+    s.key_heads = c.linear_num_key_heads;
+    s.value_heads = c.linear_num_value_heads;
+    s.key_dim = c.linear_key_head_dim;
+    s.value_dim = c.linear_value_head_dim;
+    s.conv_kernel = c.linear_conv_kernel;
+  }
+  return s;
+}
+
+std::string shape_description(const Shape& s) {
+  std::string t = "hidden " + std::to_string(s.hidden) + ", layers " + std::to_string(s.layers) + ", heads " +
+                  std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ", head_dim " + std::to_string(s.head_dim) +
+                  ", intermediate " + std::to_string(s.intermediate);
+  if (s.hybrid)
+    t += ", rotary " + std::to_string(s.rotary_dim) + ", DeltaNet " + std::to_string(s.key_heads) + "/" +
+         std::to_string(s.value_heads) + " heads of " + std::to_string(s.key_dim) + "/" + std::to_string(s.value_dim) +
+         ", conv " + std::to_string(s.conv_kernel);
+  return t;
 }
 
 }  // namespace
 
 std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
-  if (c.is_hybrid()) return "hybrid models have no megakernel";
   const Shape shape = shape_of(c);
+  if (c.num_layers > kMaxLayers) return "the megakernel runs at most " + std::to_string(kMaxLayers) + " layers";
   if (!find_config(shape))
-    return "no megakernel is compiled for this shape (hidden " + std::to_string(c.hidden_size) + ", layers " +
-           std::to_string(c.num_layers) + ", heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
-           ", head_dim " + std::to_string(c.head_dim) + ", intermediate " + std::to_string(c.intermediate_size) +
-           "); compiled: " + compiled_configs();
+    return "no megakernel is compiled for this shape (" + shape_description(shape) + "); compiled: " + compiled_configs();
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "cudaGetDeviceProperties failed";
   if (prop.major < 9) return std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
@@ -43,12 +62,11 @@ std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
   return {};
 }
 
-Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_t* k_cache, uint16_t* v_cache, int context,
-                       const float* inv_freq, int device, cudaStream_t stream)
-    : shape_(shape_of(c)), context_(context), vocab_(c.vocab_size), stream_(stream), weights_(weights), k_cache_(k_cache),
-      v_cache_(v_cache), inv_freq_(inv_freq) {
+Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaStream_t stream)
+    : shape_(shape_of(c)), context_(binding.context), vocab_(c.vocab_size), stream_(stream), binding_(std::move(binding)) {
   const std::string why = unsupported_reason(c, device);
   if (!why.empty()) fail("megakernel: {}", why);
+  if (binding_.layers.size() != size_t(c.num_layers)) fail("megakernel: {} layers bound for a {}-layer model", binding_.layers.size(), c.num_layers);
   info_ = *find_config(shape_);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -70,28 +88,32 @@ Megakernel::Megakernel(const ModelConfig& c, const CudaWeights& weights, uint16_
   }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
+  const bool hybrid = c.is_hybrid();
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
                I = size_t(c.intermediate_size), D = size_t(c.head_dim), heads = size_t(c.num_heads);
-  std::vector<LayerWeights> lw;
-  for (const CudaLayerWeights& w : weights.layers)
-    lw.push_back({w.qkv.data(), w.o.data(), w.gate_up.data(), w.down.data(), w.input_norm.data(), w.post_norm.data(),
-                  w.q_norm.data(), w.k_norm.data()});
-  layers_.resize(lw.size());
+  // Per layer in qkv / attn: the attention projection rows (hybrid: q | gate | k | v) or the DeltaNet's
+  // in_proj rows, and the attention output or the DeltaNet's o (configs.cuh: kQkvRowFloats, kAttnRowFloats).
+  const size_t qkv_rows = hybrid ? std::max(2 * Q + 2 * KV, size_t(c.linear_conv_dim() + c.linear_value_dim() +
+                                                                   2 * c.linear_num_value_heads))
+                                 : Q + 2 * KV;
+  const size_t attn_rows = hybrid ? std::max(Q, size_t(c.linear_value_dim())) : Q;
+  groups_ = hybrid ? std::max(c.num_kv_heads, c.linear_num_key_heads) : c.num_kv_heads;
+  layers_.resize(binding_.layers.size());
   // On stream_ and waited for: a pageable cudaMemcpy (legacy stream) may return before its DMA lands,
   // and stream_ (non-blocking) would not wait for it before the first launch reads the table.
-  CUDA_CHECK(cudaMemcpyAsync(layers_.data(), lw.data(), layers_.bytes(), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(layers_.data(), binding_.layers.data(), layers_.bytes(), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   x_.resize((L + 1) * H);
   xmid_.resize(L * H);
-  qkv_.resize(L * (Q + 2 * KV));
-  attn_.resize(L * Q);
+  qkv_.resize(L * qkv_rows);
+  attn_.resize(L * attn_rows);
   act_.resize(L * I);
   partial_o_.resize(L * heads * size_t(kMaxSplits) * D);
   partial_ml_.resize(L * heads * size_t(kMaxSplits) * 2);
   best_v_.resize(size_t(ctas_));
   best_i_.resize(size_t(ctas_));
   tokens_.resize(size_t(kLaunchTokenCap));
-  counters_.resize(size_t(CounterLayout{c.num_layers, c.num_kv_heads}.words()));
+  counters_.resize(size_t(CounterLayout{c.num_layers, groups_}.words()));
   if (timing_compiled()) {
     timing_.resize(size_t(ctas_) * kStageCount * kTimingSlots);
     timing_sum_.assign(timing_.size(), 0);
@@ -109,7 +131,7 @@ Megakernel::~Megakernel() {
 }
 
 int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
-  const CounterLayout lay{shape_.layers, shape_.kv_heads};
+  const CounterLayout lay{shape_.layers, groups_};
   bool read = cudaMemcpyAsync(counters_host_.data(), counters_.data(), counters_.bytes(), cudaMemcpyDeviceToHost,
                               watch_stream_.get()) == cudaSuccess;
   for (int i = 0; read && i < 500 && cudaStreamQuery(watch_stream_.get()) == cudaErrorNotReady; ++i)
@@ -137,19 +159,30 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
                t, t, get(Counter::Step), T, get(Counter::LmTicket), T * uint32_t(ctas_), get(Counter::Done),
                get(Counter::StopSeen));
   for (int l = 0; l < shape_.layers; ++l) {
+    const bool delta = (binding_.delta_layers >> l) & 1u;
+    // Per-token targets (layout.h): the mixer's group rows and the count stage C waits for.
+    const uint32_t vpk = delta ? uint32_t(shape_.value_heads / shape_.key_heads) : 0;
+    const uint32_t group_rows = delta ? 2 * uint32_t(shape_.key_dim) + 2 * vpk * uint32_t(shape_.value_dim) + 2 * vpk
+                                      : (shape_.hybrid ? 2 * G + 2 : G + 2) * D;
+    const int groups = delta ? shape_.key_heads : shape_.kv_heads;
+    const uint32_t ready = delta ? uint32_t(shape_.value_heads * (shape_.value_dim / delta_columns(shape_.value_dim)))
+                                 : uint32_t(shape_.kv_heads);
     std::string line;
     auto add = [&line](const char* fmt, unsigned v) {
       char buf[48];
       std::snprintf(buf, sizeof buf, fmt, v);
       line.append(buf);
     };
-    add("  layer %u: QkvReady", unsigned(l));
-    for (int g = 0; g < shape_.kv_heads; ++g) add(" %u", get(Counter::QkvReady, l, g));
-    add(" /%u, AttnTicket", T * (G + 2) * D);
-    for (int g = 0; g < shape_.kv_heads; ++g) add(" %u", get(Counter::AttnTicket, l, g));
-    add(" /%u", T * uint32_t(splits_));
+    add(delta ? "  layer %u (DeltaNet): QkvReady" : "  layer %u: QkvReady", unsigned(l));
+    for (int g = 0; g < groups; ++g) add(" %u", get(Counter::QkvReady, l, g));
+    add(" /%u", T * group_rows);
+    if (!delta) {
+      line += ", AttnTicket";
+      for (int g = 0; g < groups; ++g) add(" %u", get(Counter::AttnTicket, l, g));
+      add(" /%u", T * uint32_t(splits_));
+    }
     add(", AttnReady %u", get(Counter::AttnReady, l));
-    add("/%u", T * uint32_t(shape_.kv_heads));
+    add("/%u", T * ready);
     add(", ODone %u", get(Counter::ODone, l));
     add(", MlpDone %u", get(Counter::MlpDone, l));
     add(", DownDone %u", get(Counter::DownDone, l));
@@ -170,6 +203,44 @@ std::string Megakernel::filter_unsupported_reason(int top_k) const {
     return std::to_string(ctas_) + " CTAs x top_k " + std::to_string(top_k) + " candidates exceed the selection's " +
            std::to_string(cap);
   return {};
+}
+
+// The per-operator device sampler's rules (kernels/sampling.cuh, nucleus.cuh), mapped onto the
+// kernel's selection: greedy; Gumbel-max for plain sampling; the filtered draw for a top-k (with any
+// top-p / min-p); the nucleus draw for top-p / min-p without a top-k. Only a top-k the kernel's
+// selection cannot hold is refused.
+std::string Megakernel::sampling_unsupported_reason(const SamplingParams& params) const {
+  params.validate();
+  if (params.greedy()) return {};
+  const bool top_k_on = params.top_k > 0 && params.top_k < vocab_;
+  if (top_k_on) return filter_unsupported_reason(params.top_k);
+  if ((params.top_p < 1.0f || params.min_p > 0.0f) && vocab_ >= kNucleusMaxVocab)
+    return "a vocabulary of " + std::to_string(vocab_) + " ids is beyond the nucleus sampler's " +
+           std::to_string(kNucleusMaxVocab);
+  return {};
+}
+
+RunRequest Megakernel::request_for(const SamplingParams& params, int vocab, int32_t token, int max_tokens,
+                                   std::span<const int32_t> eos_ids, std::span<const int32_t> history) {
+  RunRequest req;
+  req.token = token;
+  req.max_tokens = max_tokens;
+  req.eos_ids = eos_ids;
+  const bool top_k_on = !params.greedy() && params.top_k > 0 && params.top_k < vocab;
+  const bool cuts = params.top_p < 1.0f || params.min_p > 0.0f;
+  req.gumbel = !params.greedy() && !top_k_on && !cuts;
+  req.nucleus = !params.greedy() && !top_k_on && cuts;
+  req.top_k = top_k_on ? params.top_k : 0;
+  req.top_p = params.top_p;
+  req.min_p = params.min_p;
+  req.temperature = params.greedy() ? 1.0f : params.temperature;
+  req.seed = params.seed;
+  req.step = uint64_t(history.size());
+  req.repetition_penalty = params.repetition_penalty;
+  req.presence_penalty = params.presence_penalty;
+  req.frequency_penalty = params.frequency_penalty;
+  req.history = history;
+  return req;
 }
 
 std::string Megakernel::describe() const {
@@ -254,12 +325,11 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
 
   Params p{};
   p.layers = layers_.data();
-  p.embed = weights_.embed.data();
-  p.lm_head = weights_.lm_head;
-  p.final_norm = weights_.final_norm.data();
-  p.inv_freq = inv_freq_;
-  p.k_cache = k_cache_;
-  p.v_cache = v_cache_;
+  p.embed = binding_.embed;
+  p.lm_head = binding_.lm_head;
+  p.final_norm = binding_.final_norm;
+  p.inv_freq = binding_.inv_freq;
+  p.delta_layers = binding_.delta_layers;
   p.context = context_;
   p.x = x_.data();
   p.xmid = xmid_.data();
@@ -283,6 +353,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.n_eos = int(req.eos_ids.size());
   for (size_t i = 0; i < req.eos_ids.size(); ++i) p.eos[i] = req.eos_ids[i];
   p.eps = eps_;
+  p.l2_eps = float(cpu::kDeltaNetL2NormEps);
   p.attn_scale_log2 = scale_log2_;
   p.ablate = ablate_;
   p.temperature = req.gumbel || req.top_k > 0 || req.nucleus ? req.temperature : 1.0f;  // greedy: penalties only

@@ -1,4 +1,4 @@
-// Megakernel: the host side of the decode megakernel for one CudaEngine. Owns the launch workspace
+// Megakernel: the host side of the decode megakernel for one CUDA engine (CudaEngine, CudaHybridEngine). Owns the launch workspace
 // (per-layer activations, attention partials, counters) and the mapped-memory mailbox through which
 // drawn tokens reach the host while the kernel runs; launches one persistent kernel (one CTA per SM)
 // per run of up to kLaunchTokenCap tokens and polls the mailbox, handing each token to the caller
@@ -15,12 +15,25 @@
 #include <vector>
 
 #include "megaqwen/cuda/cuda_stream.h"
-#include "megaqwen/cuda/cuda_weights.h"
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/cuda/megakernel/megakernel.h"
 #include "megaqwen/model/config.h"
+#include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen::cuda::mk {
+
+// What the kernel reads and writes of one engine, in the GPU layout both paths share: per layer its
+// weights, KV cache rows and (DeltaNet layers) states; the embedding, the LM head, the final norm and
+// the RoPE frequencies. The engine keeps every buffer alive as long as the Megakernel.
+struct Binding {
+  std::vector<LayerWeights> layers;  // [L], host copy (uploaded by the constructor)
+  const uint16_t* embed = nullptr;
+  const uint16_t* lm_head = nullptr;
+  const float* final_norm = nullptr;
+  const float* inv_freq = nullptr;
+  uint64_t delta_layers = 0;  // bit l: layer l is a Gated DeltaNet layer
+  int context = 0;            // rows of each layer's KV cache
+};
 
 struct RunRequest {
   int32_t token = 0;                    // fed first, at the position given to run()
@@ -45,9 +58,14 @@ class Megakernel {
   static std::string unsupported_reason(const ModelConfig& config, int device);
   // Empty when the kernel's filtered selection serves top_k here; otherwise why not (one line).
   std::string filter_unsupported_reason(int top_k) const;
+  // Empty when run() draws with `params` as the per-operator device sampler would; otherwise why not.
+  std::string sampling_unsupported_reason(const SamplingParams& params) const;
+  // The request that draws as the per-operator device sampler would with `params` (the draws keyed
+  // from history.size(), the penalties counting `history`), feeding `token` first.
+  static RunRequest request_for(const SamplingParams& params, int vocab, int32_t token, int max_tokens,
+                                std::span<const int32_t> eos_ids, std::span<const int32_t> history);
 
-  Megakernel(const ModelConfig& config, const CudaWeights& weights, uint16_t* k_cache, uint16_t* v_cache, int context,
-             const float* inv_freq, int device, cudaStream_t stream);
+  Megakernel(const ModelConfig& config, Binding binding, int device, cudaStream_t stream);
   ~Megakernel();
   Megakernel(const Megakernel&) = delete;
   Megakernel& operator=(const Megakernel&) = delete;
@@ -79,13 +97,10 @@ class Megakernel {
 
   Shape shape_;
   KernelInfo info_{};
-  int ctas_ = 0, context_ = 0, vocab_ = 0;
+  int ctas_ = 0, context_ = 0, vocab_ = 0, groups_ = 0;
   float eps_ = 0, scale_log2_ = 0;
   cudaStream_t stream_ = nullptr;
-  const CudaWeights& weights_;
-  uint16_t* k_cache_;
-  uint16_t* v_cache_;
-  const float* inv_freq_;
+  Binding binding_;
   DeviceBuffer<LayerWeights> layers_;
   DeviceBuffer<float> x_, xmid_, qkv_, attn_, act_, partial_o_, partial_ml_, best_v_;
   DeviceBuffer<int32_t> best_i_, tokens_;

@@ -4,6 +4,7 @@
 // ctas) rows each, gate/up rounded to whole pairs), and each range into chunks of at most kBufBytes.
 // A CTA's chunk sequence for one token is
 //   layer 0: qkv chunks, o chunks, gate_up chunks, down chunks; layer 1: ...; then lm_head chunks
+// (a hybrid's DeltaNet layers stream in_proj and out_proj chunks where attention layers have qkv, o)
 // and it repeats identically every token, so chunk s of the launch is chunk (s mod per_token) of this
 // list: the stream (stream.cuh) can run ahead into the next token's layer-0 weights while the LM
 // head of this token is still being reduced. A CTA whose range of a matrix is empty has no chunks for
@@ -19,7 +20,7 @@
 
 namespace megaqwen::cuda::mk {
 
-enum class Mat : int { Qkv = 0, O, GateUp, Down, Lm, Count };
+enum class Mat : int { Qkv = 0, O, GateUp, Down, In, Out, Lm, Count };  // In, Out: a DeltaNet's in_proj, out_proj
 
 struct Part {
   int row0 = 0, rows = 0, chunk_rows = 1, chunks = 0;
@@ -33,20 +34,41 @@ struct Chunk {
 MEGAQWEN_MK_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
 MEGAQWEN_MK_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
 
-// Rows of kv group g (its G query heads, its k head and its v head) among the stacked q | k | v rows
-// [row0, row0 + rows): what stage A adds to QkvReady[l][g] (the groups' counts sum to (G + 2) * D).
+// Rows of kv group g (its G query heads, its k head and its v head; hybrid: also its G gate heads)
+// among the stacked q | k | v (hybrid q | gate | k | v) rows [row0, row0 + rows): what stage A adds
+// to QkvReady[l][g] (the groups' counts sum to (G + 2) * D, hybrid (2G + 2) * D).
 template <class C>
 MEGAQWEN_MK_HD constexpr int qkv_group_rows(int row0, int rows, int g) {
   auto overlap = [&](int a, int b) { return imax(0, imin(b, row0 + rows) - imax(a, row0)); };
-  return overlap(g * C::G * C::D, (g + 1) * C::G * C::D) + overlap(C::Q + g * C::D, C::Q + (g + 1) * C::D) +
-         overlap(C::Q + C::KV + g * C::D, C::Q + C::KV + (g + 1) * C::D);
+  constexpr int k0 = C::kHybrid ? 2 * C::Q : C::Q;  // where the k rows start
+  int n = overlap(g * C::G * C::D, (g + 1) * C::G * C::D) + overlap(k0 + g * C::D, k0 + (g + 1) * C::D) +
+          overlap(k0 + C::KV + g * C::D, k0 + C::KV + (g + 1) * C::D);
+  if constexpr (C::kHybrid) n += overlap(C::Q + g * C::G * C::D, C::Q + (g + 1) * C::G * C::D);
+  return n;
+}
+
+// Rows of DeltaNet group g (key head g and its VPK value heads: q_g, k_g, their v, z, b and a rows)
+// among the stacked in_proj rows [row0, row0 + rows): what stage A' adds to QkvReady[l][g]; the
+// groups' counts sum to delta_group_count<C>() each.
+template <class C>
+MEGAQWEN_MK_HD constexpr int delta_group_rows(int row0, int rows, int g) {
+  auto overlap = [&](int a, int n) { return imax(0, imin(a + n, row0 + rows) - imax(a, row0)); };
+  constexpr int VH = C::VPK * C::DV;  // value-head rows of one group
+  return overlap(g * C::DK, C::DK) + overlap(C::NK * C::DK + g * C::DK, C::DK) +
+         overlap(2 * C::NK * C::DK + g * VH, VH) + overlap(C::CD + g * VH, VH) + overlap(C::CD + C::VD + g * C::VPK, C::VPK) +
+         overlap(C::CD + C::VD + C::NV + g * C::VPK, C::VPK);
+}
+template <class C>
+MEGAQWEN_MK_HD constexpr int delta_group_count() {
+  return 2 * C::DK + 2 * C::VPK * C::DV + 2 * C::VPK;
 }
 
 // Host and device (the host-side plan test, tests/megakernel, checks every compiled config with it).
 template <class C>
 struct Schedule {
   Part part[int(Mat::Count)];
-  int per_layer = 0, per_token = 0;
+  uint64_t delta_layers = 0;  // Params::delta_layers
+  int per_attn_layer = 0, per_delta_layer = 0, per_token = 0;
 
   template <int K>
   MEGAQWEN_MK_HD static Part split(int rows, int align, int cta, int ctas) {
@@ -60,34 +82,64 @@ struct Schedule {
     return p;
   }
 
-  MEGAQWEN_MK_HD void init(int cta, int ctas, int vocab) {
+  MEGAQWEN_MK_HD void init(int cta, int ctas, int vocab, uint64_t delta_mask = 0) {
     part[int(Mat::Qkv)] = split<C::H>(C::QKV_ROWS, 1, cta, ctas);
     part[int(Mat::O)] = split<C::Q>(C::H, 1, cta, ctas);
     part[int(Mat::GateUp)] = split<C::H>(2 * C::I, 2, cta, ctas);
     part[int(Mat::Down)] = split<C::I>(C::H, 1, cta, ctas);
+    if constexpr (C::kHybrid) {
+      part[int(Mat::In)] = split<C::H>(C::IN_ROWS, 1, cta, ctas);
+      part[int(Mat::Out)] = split<C::VD>(C::H, 1, cta, ctas);
+    } else {
+      part[int(Mat::In)] = part[int(Mat::Out)] = Part{0, 0, 1, 0};
+    }
     part[int(Mat::Lm)] = split<C::H>(vocab, 1, cta, ctas);
-    per_layer = 0;
-    for (int m = 0; m < int(Mat::Lm); ++m) per_layer += part[m].chunks;
-    per_token = C::L * per_layer + part[int(Mat::Lm)].chunks;
+    delta_layers = C::kHybrid ? delta_mask : 0;
+    const int mlp = part[int(Mat::GateUp)].chunks + part[int(Mat::Down)].chunks;
+    per_attn_layer = part[int(Mat::Qkv)].chunks + part[int(Mat::O)].chunks + mlp;
+    per_delta_layer = part[int(Mat::In)].chunks + part[int(Mat::Out)].chunks + mlp;
+    per_token = part[int(Mat::Lm)].chunks;
+    for (int l = 0; l < C::L; ++l) per_token += layer_chunks(l);
   }
 
-  MEGAQWEN_MK_HD static int width(Mat m) { return m == Mat::O ? C::Q : m == Mat::Down ? C::I : C::H; }
+  MEGAQWEN_MK_HD bool is_delta(int l) const { return C::kHybrid && ((delta_layers >> l) & 1u); }
+  MEGAQWEN_MK_HD int layer_chunks(int l) const { return is_delta(l) ? per_delta_layer : per_attn_layer; }
 
-  // Chunk s of the launch (s counts on across tokens).
+  // The i-th matrix a layer streams.
+  MEGAQWEN_MK_HD static Mat layer_mat(bool delta, int i) {
+    return i == 0 ? (delta ? Mat::In : Mat::Qkv) : i == 1 ? (delta ? Mat::Out : Mat::O) : i == 2 ? Mat::GateUp : Mat::Down;
+  }
+
+  MEGAQWEN_MK_HD static int width(Mat m) {
+    if (m == Mat::O) return C::Q;
+    if (m == Mat::Down) return C::I;
+    if constexpr (C::kHybrid) {
+      if (m == Mat::Out) return C::VD;
+    }
+    return C::H;
+  }
+
+  // Chunk s of the launch (s counts on across tokens). Each layer streams its mixer's two matrices
+  // (attention: Qkv, O; DeltaNet: In, Out), then GateUp, Down; the LM head ends the token.
   MEGAQWEN_MK_HD Chunk chunk(const Params& p, uint32_t s) const {
     int j = int(s % uint32_t(per_token));
     Mat m = Mat::Lm;
     const uint16_t* base = p.lm_head;
-    if (j < C::L * per_layer) {
-      const int l = j / per_layer;
-      j -= l * per_layer;
-      int mi = 0;
-      while (j >= part[mi].chunks) j -= part[mi++].chunks;
-      m = Mat(mi);
-      const LayerWeights* lw = p.layers + l;
-      base = mi == 0 ? lw->qkv : mi == 1 ? lw->o : mi == 2 ? lw->gate_up : lw->down;  // no indexed array: no stack
+    int l = 0;
+    if constexpr (C::kHybrid) {
+      while (l < C::L && j >= layer_chunks(l)) j -= layer_chunks(l++);
     } else {
-      j -= C::L * per_layer;
+      l = per_attn_layer > 0 ? imin(C::L, j / per_attn_layer) : C::L;
+      j -= l * per_attn_layer;
+    }
+    if (l < C::L) {
+      const bool delta = is_delta(l);
+      int mi = 0;
+      while (j >= part[int(layer_mat(delta, mi))].chunks) j -= part[int(layer_mat(delta, mi++))].chunks;
+      m = layer_mat(delta, mi);
+      const LayerWeights* lw = p.layers + l;
+      // no indexed array: no stack
+      base = mi == 2 ? lw->gate_up : mi == 3 ? lw->down : mi == 0 ? (delta ? lw->in_proj : lw->qkv) : (delta ? lw->out : lw->o);
     }
     const Part& pt = part[int(m)];
     const int row = pt.row0 + j * pt.chunk_rows;

@@ -23,11 +23,13 @@
 
 namespace megaqwen::cuda::mk {
 
-// QK-norm + RoPE of one 128-dim head held by a warp (lane owns elements lane + 32e): as
-// kernels/rope_qknorm.cuh, so both paths produce the same values.
-template <int D>
+// QK-norm + RoPE of one head held by a warp (lane owns elements lane + 32e): as
+// kernels/rope_qknorm.cuh, so both paths produce the same values. R < D (Qwen3.5's partial rotary):
+// the pairs (i, i + R/2) of the first R dims may sit in any two lanes, so the normed head goes
+// through `row` (D floats of shared memory owned by this warp); dims R..D pass through.
+template <int D, int R>
 __device__ __forceinline__ void qk_norm_rope_warp(float v[D / 32], const float* __restrict__ w,
-                                                  const float* __restrict__ inv_freq, int pos, float eps) {
+                                                  const float* __restrict__ inv_freq, int pos, float eps, float* row) {
   constexpr int E = D / 32;
   const int lane = threadIdx.x & 31;
   float ss = 0.0f;
@@ -37,59 +39,80 @@ __device__ __forceinline__ void qk_norm_rope_warp(float v[D / 32], const float* 
   const float scale = 1.0f / sqrtf(ss / float(D) + eps);
 #pragma unroll
   for (int e = 0; e < E; ++e) v[e] = __ldg(w + lane + 32 * e) * (v[e] * scale);
+  if constexpr (R == D) {
 #pragma unroll
-  for (int e = 0; e < E / 2; ++e) {
-    const int i = lane + 32 * e;
-    const float angle = float(pos) * __ldg(inv_freq + i);
-    float s, co;
-    sincosf(angle, &s, &co);
-    const float a = v[e], b = v[e + E / 2];
-    v[e] = a * co - b * s;
-    v[e + E / 2] = b * co + a * s;
+    for (int e = 0; e < E / 2; ++e) {
+      const int i = lane + 32 * e;
+      const float angle = float(pos) * __ldg(inv_freq + i);
+      float s, co;
+      sincosf(angle, &s, &co);
+      const float a = v[e], b = v[e + E / 2];
+      v[e] = a * co - b * s;
+      v[e + E / 2] = b * co + a * s;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) row[lane + 32 * e] = v[e];
+    __syncwarp();
+    constexpr int half = R / 2;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int i = lane + 32 * e;
+      if (i >= R) continue;
+      const int f = i < half ? i : i - half;  // the pair (f, f + half) and its frequency
+      float s, co;
+      sincosf(float(pos) * __ldg(inv_freq + f), &s, &co);
+      const float a = row[f], b = row[f + half];
+      v[e] = i < half ? a * co - b * s : b * co + a * s;
+    }
+    __syncwarp();  // the row is rewritten next (q scaled into it, or another head)
   }
 }
 
 template <class C>
 __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
-  constexpr int D = C::D, G = C::G, P = 8;  // P: dims per lane (16 lanes x 8 = 128)
+  constexpr int D = C::D, G = C::G, P = 8;  // P: dims per lane; LR lanes hold one cache row
+  constexpr int LR = D / P, RPW = 32 / LR;    // 128: 16 lanes, 2 rows per warp; 256: 32, 1; 64: 8, 4
+  constexpr int k0 = C::kHybrid ? 2 * C::Q : C::Q;  // the k rows (hybrid: after q and gate)
   const int n = c.pos + 1;
   const AttentionSplit range = attention_split(n, c.p.splits, split);
   const int begin = range.begin, end = range.end;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane >> 4, sub = lane & 15;
-  const size_t layer_off = size_t(l) * size_t(c.p.context) * C::KV;
-  const bf16* kc = reinterpret_cast<const bf16*>(c.p.k_cache) + layer_off;
-  const bf16* vc = reinterpret_cast<const bf16*>(c.p.v_cache) + layer_off;
-  // Shared scratch (aliases the stage's vector region): per-warp partials, then q.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LR, sub = lane % LR;
+  const LayerWeights& w = c.p.layers[l];
+  const bf16* kc = reinterpret_cast<const bf16*>(w.k_cache);
+  const bf16* vc = reinterpret_cast<const bf16*>(w.v_cache);
+  // Shared scratch (aliases the stage's vector region): per-warp partials, then q (and the k head's
+  // rotation row when R < D).
   float* sm_o = c.vec;                                  // [kWarps][G][D]
   float* sm_m = sm_o + kWarps * G * D;                  // [kWarps][G]
   float* sm_l = sm_m + kWarps * G;                      // [kWarps][G]
-  float* sm_q = sm_l + kWarps * G;                      // [G][D] (pre-scaled by log2(e)/sqrt(D))
+  float* sm_q = sm_l + kWarps * G;                      // [G][D] (pre-scaled by log2(e)/sqrt(D)), [D] k row
 
   if (begin < end) {
-    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * uint32_t((G + 2) * D), c.p.ablate);
+    constexpr uint32_t group_rows = uint32_t((C::kHybrid ? 2 * G + 2 : G + 2) * D);
+    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * group_rows, c.p.ablate);
     // Prologue: warps 0..G-1 normalize + rotate the group's q heads; warp G the k head (and, for the
     // split that holds the new position, appends k and v to the cache).
-    const float* qkv = c.p.qkv + size_t(l) * C::QKV_ROWS;
-    const LayerWeights& w = c.p.layers[l];
+    const float* qkv = c.p.qkv + size_t(l) * C::kQkvRowFloats;
     if (warp < G) {
       float v[D / 32];
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + (g * G + warp) * D + lane + 32 * e);
-      qk_norm_rope_warp<D>(v, w.q_norm, c.p.inv_freq, c.pos, c.p.eps);
+      qk_norm_rope_warp<D, C::R>(v, w.q_norm, c.p.inv_freq, c.pos, c.p.eps, sm_q + warp * D);
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) sm_q[warp * D + lane + 32 * e] = v[e] * c.p.attn_scale_log2;
     } else if (warp == G && range.appends(n)) {
       float v[D / 32];
 #pragma unroll
-      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + C::Q + g * D + lane + 32 * e);
-      qk_norm_rope_warp<D>(v, w.k_norm, c.p.inv_freq, c.pos, c.p.eps);
+      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + k0 + g * D + lane + 32 * e);
+      qk_norm_rope_warp<D, C::R>(v, w.k_norm, c.p.inv_freq, c.pos, c.p.eps, sm_q + G * D);
       const size_t at = (size_t(c.pos) * C::KV_HEADS + g) * D;
-      bf16* kw = reinterpret_cast<bf16*>(c.p.k_cache) + layer_off + at;
-      bf16* vw = reinterpret_cast<bf16*>(c.p.v_cache) + layer_off + at;
+      bf16* kw = reinterpret_cast<bf16*>(w.k_cache) + at;
+      bf16* vw = reinterpret_cast<bf16*>(w.v_cache) + at;
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) {
         kw[lane + 32 * e] = __float2bfloat16_rn(v[e]);
-        vw[lane + 32 * e] = __float2bfloat16_rn(__ldcg(qkv + C::Q + C::KV + g * D + lane + 32 * e));
+        vw[lane + 32 * e] = __float2bfloat16_rn(__ldcg(qkv + k0 + C::KV + g * D + lane + 32 * e));
       }
       // The __syncthreads below makes the rows visible to the CTA's own readers; other CTAs read them
       // in later tokens, ordered by the Step chain.
@@ -108,10 +131,11 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
       m[h] = -INFINITY;
       lsum[h] = 0.0f;
     }
-    // 32 half-warps; half-warp hw = 2 * warp + half takes positions begin + hw, + 32, ..., two per step.
-    constexpr int kStreams = 2 * kWarps;
-    for (int base = begin + 2 * warp; base < end; base += 2 * kStreams) {
-      int pp[2] = {base + half, base + kStreams + half};
+    // RPW * kWarps streams (128-dim heads: 32 half-warps); stream RPW * warp + grp takes positions
+    // begin + stream, + kStreams, ..., two per step.
+    constexpr int kStreams = RPW * kWarps;
+    for (int base = begin + RPW * warp; base < end; base += 2 * kStreams) {
+      int pp[2] = {base + grp, base + kStreams + grp};
       uint4 kr[2], vr[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -135,7 +159,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
 #pragma unroll
           for (int j = 0; j < P; ++j) s = fmaf(qr[h][j], kf[j], s);
 #pragma unroll
-          for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+          for (int off = LR / 2; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
           if (valid) {
             const float mn = fmaxf(m[h], s);
             const float corr = exp2f(m[h] - mn);
@@ -148,20 +172,23 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
         }
       }
     }
-    // Merge the warp's two halves (lanes sub and sub + 16 hold the same dims).
+    // Merge the warp's row streams (lanes sub, sub + LR, ... hold the same dims), pairwise by shuffle.
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      const float mo = __shfl_xor_sync(kFullMask, m[h], 16), lo = __shfl_xor_sync(kFullMask, lsum[h], 16);
-      const float M = fmaxf(m[h], mo);
-      const float wa = M == -INFINITY ? 0.0f : exp2f(m[h] - M), wb = M == -INFINITY ? 0.0f : exp2f(mo - M);
 #pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const float oo = __shfl_xor_sync(kFullMask, o[h][j], 16);
-        o[h][j] = o[h][j] * wa + oo * wb;
+      for (int off = 16; off >= LR; off >>= 1) {
+        const float mo = __shfl_xor_sync(kFullMask, m[h], off), lo = __shfl_xor_sync(kFullMask, lsum[h], off);
+        const float M = fmaxf(m[h], mo);
+        const float wa = M == -INFINITY ? 0.0f : exp2f(m[h] - M), wb = M == -INFINITY ? 0.0f : exp2f(mo - M);
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          const float oo = __shfl_xor_sync(kFullMask, o[h][j], off);
+          o[h][j] = o[h][j] * wa + oo * wb;
+        }
+        lsum[h] = lsum[h] * wa + lo * wb;
+        m[h] = M;
       }
-      lsum[h] = lsum[h] * wa + lo * wb;
-      m[h] = M;
-      if (half == 0) {
+      if (grp == 0) {
 #pragma unroll
         for (int j = 0; j < P; ++j) sm_o[(warp * G + h) * D + sub * P + j] = o[h][j];
         if (sub == 0) {
@@ -215,7 +242,12 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
       L = fmaf(__ldcg(c.p.partial_ml + 2 * (slot0 + s) + 1), wt, L);
       O = fmaf(__ldcg(c.p.partial_o + (slot0 + s) * D + d), wt, O);
     }
-    __stcg(c.p.attn + size_t(l) * C::Q + (g * G + h) * D + d, O / L);
+    float out = O / L;
+    if constexpr (C::kHybrid) {  // the output gate, read from the projection's gate rows
+      const float gate = __ldcg(c.p.qkv + size_t(l) * C::kQkvRowFloats + C::Q + (g * G + h) * D + d);
+      out *= 1.0f / (1.0f + expf(-gate));
+    }
+    __stcg(c.p.attn + size_t(l) * C::kAttnRowFloats + (g * G + h) * D + d, out);
   }
   signal_add(c.counter(Counter::AttnReady, l), 1u, c.p.ablate);
 }

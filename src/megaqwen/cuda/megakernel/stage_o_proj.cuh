@@ -18,7 +18,7 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
   if (c.part(Mat::O).rows > 0) {
     wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS), c.p.ablate);
     timer.waited();
-    load_vec(c.p.attn + size_t(l) * C::Q, C::Q, c.vec);
+    load_vec(c.p.attn + size_t(l) * C::kAttnRowFloats, C::Q, c.vec);
     float* out = c.p.xmid + size_t(l) * C::H;
     stream_rows<C::Q>(c, Mat::O, c.vec, [&](int row, float a0, float a1, bool has1) {
       __stcg(out + row, c.residual(l, row) + a0);

@@ -1,4 +1,5 @@
-// Stage A: RMSNorm(x) redundantly, then this CTA's rows of the stacked q | k | v projection.
+// Stage A: RMSNorm(x) redundantly, then this CTA's rows of the stacked q | k | v projection (a Qwen3.5
+// gated-attention layer: q | gate | k | v, and its groups count (2G + 2) * D rows).
 //   in:      x[l] (the embedding row for l = 0), input_norm[l]; weights qkv[l] rows [row0, row0 + rows)
 //   out:     qkv[l][row] fp32 for the CTA's rows (raw projections; QK-norm and RoPE run in stage B)
 //   bytes:   weights (Q + 2KV) * H * 2 per token over all CTAs (0.6B: 8.4 MB; ~64 KB per CTA);
@@ -21,7 +22,7 @@ __device__ void stage_qkv(Ctx<C>& c, int l) {
   timer.waited();
   const LayerWeights& w = c.p.layers[l];
   rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, w.input_norm, c.p.eps, c.vec, c.red);
-  float* out = c.p.qkv + size_t(l) * C::QKV_ROWS;
+  float* out = c.p.qkv + size_t(l) * C::kQkvRowFloats;
   stream_rows<C::H>(c, Mat::Qkv, c.vec, [&](int row, float a0, float a1, bool has1) {
     __stcg(out + row, a0);
     if (has1) __stcg(out + row + 1, a1);
