@@ -378,11 +378,22 @@ TEST(SynthOverrides, VocabularyAndLayersOverrideThePreset) {
   bad.vocab_size = -5;
   EXPECT_NE(error_of(bad).find("-5 tokens"), std::string::npos);
   bad = o;
-  bad.preset = "tiny-hybrid";
-  EXPECT_NE(error_of(bad).find("hybrid"), std::string::npos);
-  bad = o;
   bad.tokenizer_dir = "/nonexistent";
   EXPECT_NE(error_of(bad).find("cannot take the tokenizer files"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A hybrid preset's layer count override repeats or cuts its layer pattern.
+TEST(SynthQwen35, LayerCountRepeatsThePattern) {
+  const fs::path dir = test::scratch_dir("_hybrid_layers");
+  write_synthetic_model(
+      {.preset = "tiny-hybrid", .seed = 0, .dtype = DType::BF16, .out_dir = dir, .tokenizer_dir = {}, .vocab_size = 300,
+       .num_layers = 5, .threads = 2});
+  const auto model = load_model(dir.string());
+  using enum LayerType;
+  EXPECT_EQ(model->config.layer_types,
+            (std::vector<LayerType>{LinearAttention, FullAttention, LinearAttention, FullAttention, LinearAttention}));
+  EXPECT_EQ(model->qwen35->layers.size(), 5u);
   fs::remove_all(dir);
 }
 
