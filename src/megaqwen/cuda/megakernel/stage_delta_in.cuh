@@ -1,5 +1,5 @@
-// Stage A' (Qwen3.5 DeltaNet layers): RMSNorm(x) redundantly, this CTA's rows of the stacked in_proj
-// (qkv | z | b | a), and for the conv channels among them (rows < CD: q, k, v) the depthwise causal
+// Stage A' (Qwen3.5 DeltaNet layers; stage A's mixer_input): RMSNorm(x) redundantly, this CTA's rows
+// of the stacked in_proj (qkv | z | b | a), and for the conv channels among them (rows < CD: q, k, v) the depthwise causal
 // conv over the channel's last CONV_K inputs and SiLU, in the epilogue. The conv is per channel, so
 // the CTA that computes a channel's projection is the only one that reads and shifts that channel's
 // conv state: no other CTA waits for it or races on it (ownership is fixed for the launch).
@@ -12,7 +12,7 @@
 //   signals: QkvReady[l][g] += rows of group g (key head g with its value heads) among its rows
 #pragma once
 
-#include "megaqwen/cuda/megakernel/context.cuh"
+#include "megaqwen/cuda/megakernel/stage_qkv.cuh"  // mixer_input
 
 namespace megaqwen::cuda::mk {
 
@@ -28,7 +28,8 @@ __device__ __forceinline__ float conv_silu(const LayerWeights& w, int ch, float 
   for (int j = 0; j < K - 1; ++j) past[j] = state[size_t(j) * C::CD];
   float acc = 0.0f;
 #pragma unroll
-  for (int j = 0; j < K; ++j) acc = fmaf(__uint_as_float(uint32_t(__ldg(taps + j)) << 16), j < K - 1 ? past[j] : in, acc);
+  for (int j = 0; j < K; ++j)
+    acc = fmaf(__uint_as_float(uint32_t(__ldg(taps + j)) << 16), j < K - 1 ? past[j] : in, acc);
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) state[size_t(j) * C::CD] = j < K - 2 ? past[j + 1] : in;
   return acc / (1.0f + expf(-acc));
@@ -36,26 +37,9 @@ __device__ __forceinline__ float conv_silu(const LayerWeights& w, int ch, float 
 
 template <class C>
 __device__ void stage_delta_in(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Qkv);
-  const Part& pt = c.part(Mat::In);
-  if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
-  if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
-  timer.waited();
   const LayerWeights& w = c.p.layers[l];
-  rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, w.input_norm, c.p.eps, c.vec, c.red);
-  float* out = c.p.qkv + size_t(l) * C::kQkvRowFloats;
-  auto emit = [&](int row, float a) { __stcg(out + row, row < C::CD ? conv_silu<C>(w, row, a) : a); };
-  stream_rows<C::H>(c, Mat::In, c.vec, [&](int row, float a0, float a1, bool has1) {
-    emit(row, a0);
-    if (has1) emit(row + 1, a1);
-  });
-  __syncthreads();
-  if (threadIdx.x < C::NK) {
-    const int g = threadIdx.x;
-    const int n = delta_group_rows<C>(pt.row0, pt.rows, g);
-    if (n > 0) release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n), c.p.ablate);
-  }
-  c.stream.flush();
+  mixer_input(c, l, Mat::In, C::NK, [&](int row, float a) { return row < C::CD ? conv_silu<C>(w, row, a) : a; },
+              [](int row0, int rows, int g) { return delta_group_rows<C>(row0, rows, g); });
 }
 
 }  // namespace megaqwen::cuda::mk

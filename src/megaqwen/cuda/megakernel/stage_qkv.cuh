@@ -13,29 +13,37 @@
 
 namespace megaqwen::cuda::mk {
 
-template <class C>
-__device__ void stage_qkv(Ctx<C>& c, int l) {
+// Stages A and A' (stage_delta_in.cuh): the layer's input RMSNorm'd by every CTA itself, this CTA's
+// rows of the mixer's input projection m (K = H) into qkv[l], each row's result passed through
+// value(row, a) first; then each of the `groups` groups' rows among them (group_rows(row0, rows, g))
+// added to QkvReady[l][g], so a group's consumer starts once its rows are written, not the whole stage.
+template <class C, class Value, class GroupRows>
+__device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups, Value&& value,
+                                            GroupRows&& group_rows) {
   StageTimer timer(c.p.timing, c.cta, Stage::Qkv);
-  const Part& pt = c.part(Mat::Qkv);
+  const Part& pt = c.part(m);
   if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
   if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
   timer.waited();
-  const LayerWeights& w = c.p.layers[l];
-  rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, w.input_norm, c.p.eps, c.vec, c.red);
+  rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, c.p.layers[l].input_norm, c.p.eps, c.vec, c.red);
   float* out = c.p.qkv + size_t(l) * C::kQkvRowFloats;
-  stream_rows<C::H>(c, Mat::Qkv, c.vec, [&](int row, float a0, float a1, bool has1) {
-    __stcg(out + row, a0);
-    if (has1) __stcg(out + row + 1, a1);
+  stream_rows<C::H>(c, m, c.vec, [&](int row, float a0, float a1, bool has1) {
+    __stcg(out + row, value(row, a0));
+    if (has1) __stcg(out + row + 1, value(row + 1, a1));
   });
-  // Rows of each kv group among [row0, row0 + rows): q rows of group g are [gGD, (g+1)GD), its k rows
-  // [Q + gD, Q + (g+1)D), its v rows [Q + KV + gD, ...).
   __syncthreads();
-  if (threadIdx.x < C::KV_HEADS) {
-    const int g = threadIdx.x;
-    const int n = qkv_group_rows<C>(pt.row0, pt.rows, g);
+  if (int(threadIdx.x) < groups) {
+    const int g = int(threadIdx.x);
+    const int n = group_rows(pt.row0, pt.rows, g);
     if (n > 0) release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n), c.p.ablate);
   }
   c.stream.flush();
+}
+
+template <class C>
+__device__ void stage_qkv(Ctx<C>& c, int l) {
+  mixer_input(c, l, Mat::Qkv, C::KV_HEADS, [](int, float a) { return a; },
+              [](int row0, int rows, int g) { return qkv_group_rows<C>(row0, rows, g); });
 }
 
 }  // namespace megaqwen::cuda::mk
