@@ -126,6 +126,7 @@ using ConfigTinyHybridGqa = HybridConfig<64, 3, 4, 1, 64, 96, 16, 2, 4, 16, 32, 
 // Budget facts worth seeing at compile time for the main target.
 static_assert(ConfigQwen3_06B::kBufBytes == 64 * 1024, "Qwen3-0.6B: three 64 KB weight buffers");
 static_assert(ConfigQwen3_06B::kSmemBytes <= 212 * 1024, "Qwen3-0.6B: ~210 KB of shared memory");
-static_assert(ConfigQwen35_08B::kBufBytes == 52 * 1024, "Qwen3.5-0.8B: three 52 KB weight buffers beside 70 KB of attention scratch");
+static_assert(ConfigQwen35_08B::kBufBytes == 52 * 1024,
+              "Qwen3.5-0.8B: three 52 KB weight buffers beside 70 KB of attention scratch");
 
 }  // namespace megaqwen::cuda::mk

@@ -33,8 +33,8 @@ Shape shape_of(const ModelConfig& c) {
 
 std::string shape_description(const Shape& s) {
   std::string t = "hidden " + std::to_string(s.hidden) + ", layers " + std::to_string(s.layers) + ", heads " +
-                  std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ", head_dim " + std::to_string(s.head_dim) +
-                  ", intermediate " + std::to_string(s.intermediate);
+                  std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ", head_dim " +
+                  std::to_string(s.head_dim) + ", intermediate " + std::to_string(s.intermediate);
   if (s.hybrid)
     t += ", rotary " + std::to_string(s.rotary_dim) + ", DeltaNet " + std::to_string(s.key_heads) + "/" +
          std::to_string(s.value_heads) + " heads of " + std::to_string(s.key_dim) + "/" + std::to_string(s.value_dim) +
@@ -48,7 +48,8 @@ std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
   const Shape shape = shape_of(c);
   if (c.num_layers > kMaxLayers) return "the megakernel runs at most " + std::to_string(kMaxLayers) + " layers";
   if (!find_config(shape))
-    return "no megakernel is compiled for this shape (" + shape_description(shape) + "); compiled: " + compiled_configs();
+    return "no megakernel is compiled for this shape (" + shape_description(shape) +
+           "); compiled: " + compiled_configs();
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "cudaGetDeviceProperties failed";
   if (prop.major < 9) return std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
@@ -63,10 +64,12 @@ std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
 }
 
 Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaStream_t stream)
-    : shape_(shape_of(c)), context_(binding.context), vocab_(c.vocab_size), stream_(stream), binding_(std::move(binding)) {
+    : shape_(shape_of(c)), context_(binding.context), vocab_(c.vocab_size), stream_(stream),
+      binding_(std::move(binding)) {
   const std::string why = unsupported_reason(c, device);
   if (!why.empty()) fail("megakernel: {}", why);
-  if (binding_.layers.size() != size_t(c.num_layers)) fail("megakernel: {} layers bound for a {}-layer model", binding_.layers.size(), c.num_layers);
+  if (binding_.layers.size() != size_t(c.num_layers))
+    fail("megakernel: {} layers bound for a {}-layer model", binding_.layers.size(), c.num_layers);
   info_ = *find_config(shape_);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
