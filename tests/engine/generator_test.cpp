@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <functional>
 #include <optional>
 
@@ -35,7 +37,17 @@ class ScriptedEngine final : public Engine {
     position_ += int(tokens.size());
     return point_at(next_[size_t(tokens.back())]);
   }
-  void prefill_all_logits(std::span<const int32_t>, std::vector<float>&) override { fail("unused"); }
+  std::vector<std::vector<int32_t>> scored;  // each prefill_all_logits call's tokens
+  void prefill_all_logits(std::span<const int32_t> tokens, std::vector<float>& out) override {
+    if (position_ + int(tokens.size()) > context_) fail("context full");
+    scored.emplace_back(tokens.begin(), tokens.end());
+    position_ += int(tokens.size());
+    out.clear();
+    for (int32_t t : tokens) {
+      auto row = point_at(next_[size_t(t)]);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+  }
   std::span<const float> decode(int32_t token) override {
     if (position_ + 1 > context_) fail("context full");
     ++decodes;
@@ -222,6 +234,105 @@ TEST(Generator, DeviceRunsMatchPerTokenSteps) {
   }
   EXPECT_GT(on_device.device_calls, 0);
   EXPECT_EQ(on_device.decodes, 0) << "every step after the first ran on the device";
+}
+
+// The scripted logits: 10 at the next token, 0 elsewhere.
+double scripted_logprob(int vocab, bool predicted) {
+  const double log_z = std::log(std::exp(10.0) + double(vocab - 1));
+  return (predicted ? 10.0 : 0.0) - log_z;
+}
+
+TEST(Generator, LogprobsOfEveryGeneratedTokenFromHostLogits) {
+  ScriptedEngine engine(100, 64);
+  engine.device_runs = true;  // logprobs keep every step on the host anyway
+  engine.next_[7] = 3;
+  Generator g(engine);
+  auto req = greedy({5, 6}, 4);
+  req.logprobs = 3;
+  req.eos_ids = {8};
+  std::vector<std::string> events;
+  auto r = g.run(
+      req, [&](int32_t t, std::string_view) { return events.push_back("token " + std::to_string(t)), true; },
+      [&](const TokenLogprob& lp) { events.push_back("logprob " + std::to_string(lp.token)); });
+  ASSERT_EQ(r.tokens, (std::vector<int32_t>{7, 3, 4, 5}));
+  ASSERT_EQ(r.logprobs.size(), r.tokens.size());
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    EXPECT_EQ(r.logprobs[i].token, r.tokens[i]);
+    EXPECT_NEAR(r.logprobs[i].logprob, scripted_logprob(100, true), 1e-6);
+    ASSERT_EQ(r.logprobs[i].top.size(), 3u);
+    EXPECT_EQ(r.logprobs[i].top[0].token, r.tokens[i]);
+    // The rest tie at logit 0: lowest ids first, the predicted one skipped.
+    EXPECT_EQ(r.logprobs[i].top[1].token, r.tokens[i] == 0 ? 1 : 0);
+    EXPECT_NEAR(r.logprobs[i].top[1].logprob, scripted_logprob(100, false), 1e-6);
+  }
+  EXPECT_TRUE(r.prompt_logprobs.empty());
+  EXPECT_EQ(engine.device_calls, 0);
+  EXPECT_EQ(events, (std::vector<std::string>{"logprob 7", "token 7", "logprob 3", "token 3", "logprob 4", "token 4",
+                                              "logprob 5", "token 5"}));
+
+  // An eos ends the run without a logprob entry, as it has no place in `tokens`.
+  req.max_tokens = 10;
+  req.prompt = {6};
+  engine.next_[5] = 8;
+  r = g.run(req);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{7, 3, 4, 5}));
+  EXPECT_EQ(r.logprobs.size(), 4u);
+  EXPECT_EQ(r.finish, FinishReason::Eos);
+
+  req.logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THROW(g.run(req), Error);
+  req.logprobs = -1;
+  EXPECT_THROW(g.run(req), Error);
+}
+
+TEST(Generator, PromptLogprobsScoreEveryPromptTokenWithoutReusingTheCache) {
+  // A vocabulary large enough that the scoring prefill takes several blocks (64 MiB of logits each).
+  constexpr int kVocab = 600'000;
+  ScriptedEngine engine(kVocab, 128);
+  Generator g(engine);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back(i % 5 == 4 ? 1000 + i : i);  // every fifth token off the script
+  auto warm = greedy(prompt, 1);
+  g.run(warm);  // fills the cache with the prompt
+
+  auto req = greedy(prompt, 2);
+  req.prompt_logprobs = true;
+  req.logprobs = 2;
+  const auto r = g.run(req);
+  EXPECT_EQ(r.reused_tokens, 0);
+  ASSERT_EQ(r.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+    const TokenLogprob& lp = r.prompt_logprobs[i];
+    EXPECT_EQ(lp.token, prompt[i + 1]);
+    const bool predicted = engine.next_[size_t(prompt[i])] == prompt[i + 1];
+    EXPECT_EQ(predicted, (i + 1) % 5 != 4 && i % 5 != 4) << i;  // into and out of the odd tokens
+    EXPECT_NEAR(lp.logprob, scripted_logprob(kVocab, predicted), 1e-5) << i;
+    ASSERT_EQ(lp.top.size(), 2u);
+    EXPECT_EQ(lp.top[0].token, engine.next_[size_t(prompt[i])]);
+  }
+  // Three blocks of at most 27 rows, in order, covering the prompt once.
+  ASSERT_EQ(engine.scored.size(), 3u);
+  std::vector<int32_t> all;
+  for (const auto& s : engine.scored) {
+    EXPECT_LE(s.size(), 27u);
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  EXPECT_EQ(all, prompt);
+  // Generation goes on from the last prompt position's logits, and the cache is known again.
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{engine.next_[size_t(prompt.back())], engine.next_[size_t(prompt.back()) + 1]}));
+  EXPECT_EQ(r.logprobs.size(), 2u);
+  EXPECT_EQ(g.cached_tokens().size(), prompt.size() + 1);
+  auto again = greedy(prompt, 1);
+  EXPECT_EQ(g.run(again).reused_tokens, int(prompt.size()) - 1);
+
+  // A one-token prompt has nothing to score; max_tokens 0 scores without generating.
+  req.prompt = {3};
+  EXPECT_TRUE(g.run(req).prompt_logprobs.empty());
+  req.prompt = prompt;
+  req.max_tokens = 0;
+  const auto scored_only = g.run(req);
+  EXPECT_TRUE(scored_only.tokens.empty());
+  EXPECT_EQ(scored_only.prompt_logprobs.size(), prompt.size() - 1);
 }
 
 TEST(Generator, RejectsBadRequests) {

@@ -44,7 +44,30 @@ void Generator::reset() {
   cached_.clear();
 }
 
-GenerationResult Generator::run(const GenerationRequest& req, const TokenCallback& on_token) {
+// Prefills `tokens` (the cache is empty) a block of rows at a time, scoring each token by the logits
+// of the position before it; returns the last position's logits (those of the first new token).
+std::vector<float> Generator::prefill_scoring(std::span<const int32_t> tokens, int top,
+                                              std::vector<TokenLogprob>& scored) {
+  const size_t V = size_t(engine_.config().vocab_size);
+  // Rows of logits held at once: ~64 MiB (110 rows at Qwen3's 151,936 vocabulary).
+  const size_t block = std::max<size_t>(1, (size_t(64) << 20) / (V * sizeof(float)));
+  std::vector<float> rows, last;
+  for (size_t begin = 0; begin < tokens.size(); begin += block) {
+    const size_t n = std::min(block, tokens.size() - begin);
+    engine_.prefill_all_logits(tokens.subspan(begin, n), rows);
+    cached_.insert(cached_.end(), tokens.begin() + std::ptrdiff_t(begin), tokens.begin() + std::ptrdiff_t(begin + n));
+    for (size_t r = 0; r < n; ++r) {
+      const std::span<const float> row(rows.data() + r * V, V);
+      const size_t next = begin + r + 1;
+      if (next < tokens.size()) scored.push_back(token_logprob(row, tokens[next], top));
+      else last.assign(row.begin(), row.end());
+    }
+  }
+  return last;
+}
+
+GenerationResult Generator::run(const GenerationRequest& req, const TokenCallback& on_token,
+                                const LogprobCallback& on_logprob) {
   const auto start = std::chrono::steady_clock::now();
   if (req.prompt.empty()) fail("the prompt is empty");
   if (req.max_tokens < 0) fail("max_tokens must be >= 0, got {}", req.max_tokens);
@@ -53,14 +76,18 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
     if (s.empty()) fail("stop strings must not be empty");
   if (int64_t(req.prompt.size()) > engine_.context_size())
     fail("the prompt has {} tokens but the context holds {}", req.prompt.size(), engine_.context_size());
+  if (req.logprobs && (*req.logprobs < 0 || *req.logprobs > kMaxTopLogprobs))
+    fail("logprobs asks for {} alternatives; 0 .. {} are possible", *req.logprobs, kMaxTopLogprobs);
   Sampler sampler(req.sampling);
+  const int top = req.logprobs.value_or(0);
 
   GenerationResult result;
   result.prompt_tokens = int(req.prompt.size());
 
   // Reuse the longest cached prefix, but always prefill at least one token to get fresh logits.
+  // Scoring the prompt needs the logits of every position: nothing is reused then.
   size_t common = 0;
-  const size_t limit = std::min(cached_.size(), req.prompt.size() - 1);
+  const size_t limit = req.prompt_logprobs ? 0 : std::min(cached_.size(), req.prompt.size() - 1);
   while (common < limit && cached_[common] == req.prompt[common]) ++common;
   engine_.truncate(int(common));
   cached_.resize(common);
@@ -68,13 +95,17 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
 
   std::span<const int32_t> fresh(req.prompt.data() + common, req.prompt.size() - common);
   std::vector<float> logits;
-  {
+  if (req.prompt_logprobs) {
+    logits = prefill_scoring(fresh, top, result.prompt_logprobs);
+  } else {
     auto out = engine_.prefill(fresh);
     logits.assign(out.begin(), out.end());
+    cached_.insert(cached_.end(), fresh.begin(), fresh.end());
   }
-  cached_.insert(cached_.end(), fresh.begin(), fresh.end());
   result.prefill_seconds = seconds_since(start);
 
+  // Logprobs score the raw logits; the sampler rewrites its copy in place (penalties, temperature).
+  std::vector<float> raw_logits;
   // Penalties see the prompt and the output, as transformers does.
   std::vector<int32_t> history = req.prompt;
   std::string pending;  // generated text not yet handed to the callback
@@ -95,6 +126,10 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
     result.tokens.push_back(token);
     history.push_back(token);
     ++produced;
+    if (req.logprobs) {
+      result.logprobs.push_back(token_logprob(raw_logits, token, top));
+      if (on_logprob) on_logprob(result.logprobs.back());
+    }
     std::string_view emit;
     bool stopped = false;
     if (req.token_bytes) {
@@ -128,17 +163,24 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   // per-token loop never copies them to the host (decode_only instead of decode). An engine that runs
   // whole stretches of decode steps on its device (Engine::generate_on_device: the CUDA megakernel)
   // gets every step after the first in one call, with accept() called per token as it arrives.
-  auto sample = [&]() -> int32_t {
-    const std::optional<int32_t> on_device = engine_.sample_on_device(req.sampling, history);
-    return on_device ? *on_device : sampler.sample(logits, history);
+  // Logprobs need the logits on the host at every step: then neither device path is taken.
+  bool device_sampling = false, device_runs = !req.logprobs;
+  auto host_sample = [&]() -> int32_t {
+    if (req.logprobs) raw_logits = logits;
+    return sampler.sample(logits, history);
   };
-  bool device_sampling = false, device_runs = true;
+  auto sample = [&]() -> int32_t {
+    const std::optional<int32_t> on_device =
+        device_sampling ? engine_.sample_on_device(req.sampling, history) : std::nullopt;
+    return on_device ? *on_device : host_sample();
+  };
   int32_t token = 0;
   bool go = req.max_tokens > 0;
   if (go) {
-    const std::optional<int32_t> first = engine_.sample_on_device(req.sampling, history);
+    const std::optional<int32_t> first =
+        req.logprobs ? std::nullopt : engine_.sample_on_device(req.sampling, history);
     device_sampling = first.has_value();
-    token = device_sampling ? *first : sampler.sample(logits, history);
+    token = device_sampling ? *first : host_sample();
     go = accept(token);
   }
   while (go) {

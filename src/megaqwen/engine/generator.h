@@ -4,11 +4,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/sampling/logprobs.h"
 #include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen {
@@ -24,6 +26,13 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;   // stops when the output text contains one (not emitted)
   // The raw bytes of a token (Tokenizer::token_bytes); needed for text and stop strings.
   std::function<std::string_view(int32_t)> token_bytes;
+  // Log-probabilities (sampling/logprobs.h). nullopt: none. Else every generated token's, with this
+  // many alternatives (0 .. kMaxTopLogprobs); the logits then come to the host at every step (no
+  // sampling on the device, no device runs).
+  std::optional<int> logprobs;
+  // Also score the prompt: result.prompt_logprobs for prompt[1 ..], with `logprobs` alternatives (0
+  // when nullopt). The whole prompt is prefilled again (a cached prefix has no logits to give).
+  bool prompt_logprobs = false;
 };
 
 struct GenerationResult {
@@ -34,6 +43,8 @@ struct GenerationResult {
   int reused_tokens = 0;         // prompt tokens already in the cache, not prefilled again
   double prefill_seconds = 0, decode_seconds = 0;
   double first_token_seconds = 0;  // request start to the first generated token
+  std::vector<TokenLogprob> logprobs;         // one per element of `tokens`, when requested
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt[1 ..] (the first token has no context), when requested
 };
 
 // Called per generated token with the text it completes (whole UTF-8 characters, held back while it
@@ -41,6 +52,8 @@ struct GenerationResult {
 // still held back (a partial character or a possible stop-string start that never completed) comes
 // in one more call with token -1.
 using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
+// With request.logprobs: called per generated token (the eos excepted), just before its TokenCallback.
+using LogprobCallback = std::function<void(const TokenLogprob&)>;
 
 class Generator {
  public:
@@ -48,7 +61,8 @@ class Generator {
 
   // Reuses the longest cached prefix of request.prompt (always prefilling at least its last token),
   // prefills the rest, then samples until a stop condition.
-  GenerationResult run(const GenerationRequest& request, const TokenCallback& on_token = {});
+  GenerationResult run(const GenerationRequest& request, const TokenCallback& on_token = {},
+                       const LogprobCallback& on_logprob = {});
   // The tokens the engine's KV cache holds now, in order.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
   void reset();  // empties the cache
@@ -56,6 +70,8 @@ class Generator {
   const Engine& engine() const { return engine_; }
 
  private:
+  std::vector<float> prefill_scoring(std::span<const int32_t> tokens, int top, std::vector<TokenLogprob>& scored);
+
   Engine& engine_;
   std::vector<int32_t> cached_;  // the tokens in the engine's cache, in order
 };
