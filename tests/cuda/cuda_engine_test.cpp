@@ -236,6 +236,47 @@ TEST_F(CudaEngineTest, GreedyContinuationsIdentical) {
   }
 }
 
+// Logprobs through Generator (the server's logprobs / echo): the CUDA engine's prompt scores (a
+// chunked prefill_all_logits) and generated-token scores (host logits at every step) against
+// log_softmax of the CPU engine's logits. log_softmax moves by at most 2 max|d logits|, so the bound
+// is twice the logit tolerance times the row's scale. Asking for logprobs changes no greedy token.
+TEST_F(CudaEngineTest, GeneratorLogprobsMatchCpu) {
+  GenerationRequest req;
+  req.prompt = random_ids(40, 11);
+  req.max_tokens = 24;
+  req.sampling.temperature = 0;
+  cuda::CudaEngine gpu(model_, {.context = 256, .decode_kernel = cuda::DecodeKernel::PerOp});
+  Generator g(gpu);
+  const GenerationResult plain = g.run(req);  // device sampling
+  req.logprobs = 4;
+  req.prompt_logprobs = true;
+  const GenerationResult scored = g.run(req);
+  EXPECT_EQ(scored.tokens, plain.tokens);
+  ASSERT_EQ(scored.prompt_logprobs.size(), req.prompt.size() - 1);
+  ASSERT_EQ(scored.logprobs.size(), scored.tokens.size());
+
+  std::vector<int32_t> sequence = req.prompt;
+  sequence.insert(sequence.end(), scored.tokens.begin(), scored.tokens.end());
+  CpuEngine cpu(model_, {.context = 256, .threads = 0});
+  std::vector<float> want;
+  cpu.prefill_all_logits(sequence, want);
+  std::vector<TokenLogprob> all = scored.prompt_logprobs;
+  all.insert(all.end(), scored.logprobs.begin(), scored.logprobs.end());
+  double worst = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::span<const float> r = row(want, i, V());
+    float scale = 0;
+    for (float x : r) scale = std::max(scale, std::abs(x));
+    const TokenLogprob cpu_lp = token_logprob(r, sequence[i + 1], 0);
+    ASSERT_EQ(all[i].token, sequence[i + 1]);
+    const double err = std::abs(double(all[i].logprob) - double(cpu_lp.logprob));
+    EXPECT_LE(err, 2 * kGpuLogitTolerance * scale) << "position " << i;
+    worst = std::max(worst, err);
+    ASSERT_EQ(all[i].top.size(), 4u);
+  }
+  RecordProperty("worst_abs_logprob_error", std::to_string(worst));
+}
+
 // Device sampling with filters: valid ids, deterministic for a seed, and it follows the seed.
 TEST_F(CudaEngineTest, DeviceSamplingIsSeededAndDeterministic) {
   cuda::CudaEngine gpu(model_, {.context = 256});

@@ -253,7 +253,9 @@ TEST(Generator, LogprobsOfEveryGeneratedTokenFromHostLogits) {
   std::vector<std::string> events;
   auto r = g.run(
       req, [&](int32_t t, std::string_view) { return events.push_back("token " + std::to_string(t)), true; },
-      [&](const TokenLogprob& lp) { events.push_back("logprob " + std::to_string(lp.token)); });
+      [&](const TokenLogprob& lp, bool of_prompt) {
+        events.push_back((of_prompt ? "prompt logprob " : "logprob ") + std::to_string(lp.token));
+      });
   ASSERT_EQ(r.tokens, (std::vector<int32_t>{7, 3, 4, 5}));
   ASSERT_EQ(r.logprobs.size(), r.tokens.size());
   for (size_t i = 0; i < r.tokens.size(); ++i) {
@@ -298,8 +300,14 @@ TEST(Generator, PromptLogprobsScoreEveryPromptTokenWithoutReusingTheCache) {
   auto req = greedy(prompt, 2);
   req.prompt_logprobs = true;
   req.logprobs = 2;
-  const auto r = g.run(req);
+  std::vector<std::pair<int32_t, bool>> calls;  // (token, of_prompt) per logprob callback
+  const auto r = g.run(req, {}, [&](const TokenLogprob& lp, bool of_prompt) { calls.emplace_back(lp.token, of_prompt); });
   EXPECT_EQ(r.reused_tokens, 0);
+  ASSERT_EQ(calls.size(), prompt.size() - 1 + 2);  // the prompt's, then the two generated tokens'
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, i + 1 < prompt.size()) << i;
+    EXPECT_EQ(calls[i].first, i + 1 < prompt.size() ? prompt[i + 1] : r.tokens[i + 1 - prompt.size()]) << i;
+  }
   ASSERT_EQ(r.prompt_logprobs.size(), prompt.size() - 1);
   for (size_t i = 0; i + 1 < prompt.size(); ++i) {
     const TokenLogprob& lp = r.prompt_logprobs[i];

@@ -111,7 +111,11 @@ TEST(OpenAiProtocol, WrongTypesAndRangesAre400NamingTheField) {
       {{{"stream_options", 1}}, "stream_options"},
       {{{"stream_options", {{"include_usage", 1}}}}, "stream_options.include_usage"},
       {{{"n", 2}}, "n"},
-      {{{"logprobs", true}}, "logprobs"},
+      {{{"logprobs", 1}}, "logprobs"},
+      {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs: true
+      {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+      {{{"logprobs", true}, {"top_logprobs", -1}}, "top_logprobs"},
+      {{{"max_tokens", 0}}, "max_tokens"},
       {{{"model", "gpt-4"}}, "model"},
       {{{"model", 3}}, "model"},
       {{{"messages", "hi"}}, "messages"},
@@ -188,6 +192,21 @@ TEST(OpenAiProtocol, CompletionPrompts) {
   EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
   auto batch_of_one = parse_completion_request({{"prompt", {"x"}}}, limits());
   EXPECT_EQ(batch_of_one.prompt_text, "x");
+  EXPECT_FALSE(batch_of_one.echo);
+  EXPECT_FALSE(batch_of_one.options.logprobs);
+
+  // Scoring as evaluation harnesses ask for it: echo, logprobs, no or one generated token.
+  auto score = parse_completion_request({{"prompt", {1, 2}}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 0}}, limits());
+  EXPECT_TRUE(score.echo);
+  EXPECT_EQ(score.options.logprobs, 0);
+  EXPECT_TRUE(score.options.prompt_logprobs);
+  EXPECT_EQ(score.options.max_tokens, 0);
+  auto echo_only = parse_completion_request({{"prompt", "x"}, {"echo", true}}, limits());
+  EXPECT_TRUE(echo_only.echo);
+  EXPECT_FALSE(echo_only.options.prompt_logprobs);  // the echo needs no scores without logprobs
+  auto generated_only = parse_completion_request({{"prompt", "x"}, {"logprobs", 5}, {"best_of", 1}}, limits());
+  EXPECT_EQ(generated_only.options.logprobs, 5);
+  EXPECT_FALSE(generated_only.options.prompt_logprobs);
 
   // Each refusal is a 400 naming the field at fault (its param starts with that name).
   const std::vector<std::pair<ordered_json, std::string>> bad_requests = {
@@ -199,8 +218,13 @@ TEST(OpenAiProtocol, CompletionPrompts) {
       {{{"prompt", {-1}}}, "prompt"},
       {{{"prompt", {1.5}}}, "prompt"},
       {{{"prompt", {"a", "b"}}}, "prompt"},
-      {{{"prompt", "x"}, {"echo", true}}, "echo"},
-      {{{"prompt", "x"}, {"logprobs", 2}}, "logprobs"},
+      {{{"prompt", "x"}, {"echo", "yes"}}, "echo"},
+      {{{"prompt", "x"}, {"logprobs", true}}, "logprobs"},
+      {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs"},
+      {{{"prompt", "x"}, {"logprobs", -1}}, "logprobs"},
+      {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},  // generating nothing needs echo
+      {{{"prompt", "x"}, {"best_of", 3}}, "best_of"},
+      {{{"prompt", "x"}, {"suffix", "y"}}, "suffix"},
       {{{"prompt", "x"}, {"model", "other"}}, "model"}};
   for (const auto& [bad, field] : bad_requests) {
     try {
@@ -258,6 +282,72 @@ TEST(OpenAiProtocol, FinishReasons) {
   EXPECT_EQ(finish_reason(FinishReason::Length, true), "length");
   EXPECT_EQ(finish_reason(FinishReason::ContextFull, false), "length");
   EXPECT_EQ(finish_reason(FinishReason::Cancelled, false), "length");
+}
+
+TEST(OpenAiProtocol, ChatLogprobs) {
+  EXPECT_FALSE(parse_chat_completion_request(chat_body({{"logprobs", false}}), limits(), false).options.logprobs);
+  EXPECT_EQ(parse_chat_completion_request(chat_body({{"logprobs", true}}), limits(), false).options.logprobs, 0);
+  auto top = parse_chat_completion_request(chat_body({{"logprobs", true}, {"top_logprobs", 20}}), limits(), false);
+  EXPECT_EQ(top.options.logprobs, 20);
+  EXPECT_FALSE(top.options.prompt_logprobs);
+
+  // OpenAI's shape: the token's text, logprob, exact bytes and the alternatives, each alike.
+  const std::vector<TokenLogprob> entries = {{7, -0.25f, {{7, -0.25f}, {9, -1.5f}}}, {8, -3.0f, {}}};
+  const TokenNames names{[](int32_t id) -> std::string_view { return id == 7 ? "Hi" : id == 8 ? "\xc3" : "!"; }};
+  const ordered_json j = chat_logprobs_json(entries, names);
+  // Half a character: U+FFFD in the text (as the response is written), the byte itself in "bytes".
+  EXPECT_EQ(ordered_json::parse(json_text(j)), ordered_json::parse(R"({"content": [
+      {"token": "Hi", "logprob": -0.25, "bytes": [72, 105],
+       "top_logprobs": [{"token": "Hi", "logprob": -0.25, "bytes": [72, 105]},
+                        {"token": "!", "logprob": -1.5, "bytes": [33]}]},
+      {"token": "\uFFFD", "logprob": -3.0, "bytes": [195], "top_logprobs": []}], "refusal": null})"));
+  ResponseHeader h{"chatcmpl-1", 1, "tiny"};
+  EXPECT_EQ(chat_completion_json(h, {"", "Hi", {}}, "stop", {1, 1, 0}, j)["choices"][0]["logprobs"], j);
+  EXPECT_EQ(chat_chunk_json(h, {{"content", "Hi"}}, std::nullopt, false, j)["choices"][0]["logprobs"], j);
+  // return_tokens_as_token_ids names tokens by id; the bytes stay.
+  const ordered_json by_id = chat_logprobs_json(entries, {names.bytes, true});
+  EXPECT_EQ(by_id["content"][0]["token"], "token_id:7");
+  EXPECT_EQ(by_id["content"][0]["top_logprobs"][1]["token"], "token_id:9");
+  EXPECT_EQ(by_id["content"][1]["bytes"], ordered_json::parse("[195]"));
+  EXPECT_TRUE(parse_chat_completion_request(chat_body({{"return_tokens_as_token_ids", true}}), limits(), false)
+                  .options.tokens_as_ids);
+}
+
+TEST(OpenAiProtocol, CompletionLogprobs) {
+  // An echoed prompt "a" "bc", then a generated "é" split over two tokens and a "d".
+  const TokenNames names{[](int32_t id) -> std::string_view {
+    switch (id) {
+      case 1: return "a";
+      case 2: return "bc";
+      case 3: return "\xc3";
+      case 4: return "\xa9";
+      default: return "d";
+    }
+  }};
+  const std::vector<TokenLogprob> prompt = {{2, -2.0f, {{5, -0.5f}}}};
+  const std::vector<TokenLogprob> generated = {{3, -0.1f, {{3, -0.1f}}}, {4, -0.01f, {{4, -0.01f}}},
+                                               {5, -1.0f, {{2, -0.75f}}}};
+  size_t offset = 0;
+  const ordered_json echo = completion_logprobs_json(1, prompt, names, offset);
+  EXPECT_EQ(json_text(echo), json_text(ordered_json::parse(R"({"tokens": ["a", "bc"], "token_logprobs": [null, -2.0],
+      "top_logprobs": [null, {"d": -0.5, "bc": -2.0}], "text_offset": [0, 1]})")));
+  EXPECT_EQ(offset, 3u);
+  const ordered_json gen = completion_logprobs_json(std::nullopt, generated, names, offset);
+  EXPECT_EQ(gen["text_offset"], ordered_json::parse("[3, 4, 4]"));  // the two halves of é share one character
+  EXPECT_EQ(offset, 5u);
+  EXPECT_EQ(gen["top_logprobs"][0].size(), 1u);  // the chosen token is the best: one key
+  EXPECT_EQ(gen["top_logprobs"][2].size(), 2u);  // best "bc", and the chosen "d"
+  EXPECT_DOUBLE_EQ(gen["top_logprobs"][2]["d"].get<double>(), -1.0);
+  ResponseHeader h{"cmpl-1", 1, "tiny"};
+  EXPECT_EQ(completion_json(h, "abc", "length", {2, 3, 0}, gen)["choices"][0]["logprobs"], gen);
+  EXPECT_EQ(completion_chunk_json(h, "abc", std::nullopt, false, gen)["choices"][0]["logprobs"], gen);
+  EXPECT_NO_THROW(ordered_json::parse(json_text(gen)));
+  // By id: the names change, the offsets still count characters of the text.
+  offset = 0;
+  const ordered_json by_id = completion_logprobs_json(1, generated, {names.bytes, true}, offset);
+  EXPECT_EQ(by_id["tokens"], ordered_json::parse(R"(["token_id:1", "token_id:3", "token_id:4", "token_id:5"])"));
+  EXPECT_EQ(by_id["text_offset"], ordered_json::parse("[0, 1, 2, 2]"));
+  EXPECT_TRUE(by_id["top_logprobs"][3].contains("token_id:2"));
 }
 
 TEST(OpenAiProtocol, ChatCompletionShape) {

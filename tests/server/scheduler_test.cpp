@@ -63,10 +63,10 @@ std::shared_ptr<GenerationJob> job(std::vector<int32_t> prompt, int max_tokens,
 }
 
 void wait_done(GenerationJob& j) {
-  std::string text;
-  for (int i = 0; i < 500 && j.wait(20ms, text) != GenerationJob::State::Done; ++i) {
+  GenerationJob::Update u;
+  for (int i = 0; i < 500 && j.wait(20ms, u) != GenerationJob::State::Done; ++i) {
   }
-  ASSERT_EQ(j.wait(0ms, text), GenerationJob::State::Done);
+  ASSERT_EQ(j.wait(0ms, u), GenerationJob::State::Done);
 }
 
 TEST(Scheduler, RunsJobsInArrivalOrderAndStreamsText) {
@@ -81,16 +81,38 @@ TEST(Scheduler, RunsJobsInArrivalOrderAndStreamsText) {
   ASSERT_TRUE(scheduler.submit(a));
   ASSERT_TRUE(scheduler.submit(b));
   ASSERT_TRUE(scheduler.submit(c));
-  std::string streamed;
+  GenerationJob::Update streamed;
   while (a->wait(50ms, streamed) != GenerationJob::State::Done) {
   }
-  EXPECT_EQ(streamed, "xxxxx");
+  EXPECT_EQ(streamed.text, "xxxxx");
+  EXPECT_TRUE(streamed.logprobs.empty());  // not asked for
   wait_done(*b);
   wait_done(*c);
   scheduler.stop();  // on_done runs after a job is done: join the worker before reading `order`
   EXPECT_EQ(order, (std::vector<int>{2, 3, 1}));
   EXPECT_EQ(a->result().tokens.size(), 5u);
   EXPECT_GE(a->first_token_seconds(), 0.0);
+}
+
+TEST(Scheduler, StreamsLogprobsWithTheText) {
+  SlowEngine engine(1ms);
+  Scheduler scheduler(engine, 4);
+  GenerationRequest r = request({0, 0}, 6);
+  r.logprobs = 2;
+  auto j = std::make_shared<GenerationJob>(std::move(r), GenerationJob::Clock::now() + 10s);
+  ASSERT_TRUE(scheduler.submit(j));
+  GenerationJob::Update u;
+  while (j->wait(50ms, u) != GenerationJob::State::Done) {
+    // A token's logprob is handed over before its text: never fewer logprobs than characters.
+    EXPECT_GE(u.logprobs.size(), u.text.size());
+  }
+  EXPECT_EQ(u.text, "xxxxxx");
+  ASSERT_EQ(u.logprobs.size(), 6u);
+  EXPECT_TRUE(u.prompt_logprobs.empty());
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(u.logprobs[i].token, j->result().tokens[i]);
+    EXPECT_EQ(u.logprobs[i].top.size(), 2u);
+  }
 }
 
 TEST(Scheduler, BoundedQueueRefusesWhenFull) {
@@ -111,8 +133,8 @@ TEST(Scheduler, CancelStopsARunningJob) {
   Scheduler scheduler(engine, 4);
   auto j = job({0}, 10000);
   ASSERT_TRUE(scheduler.submit(j));
-  std::string text;
-  while (text.empty()) j->wait(50ms, text);
+  GenerationJob::Update u;
+  while (u.text.empty()) j->wait(50ms, u);
   j->cancel();
   wait_done(*j);
   EXPECT_EQ(j->result().finish, FinishReason::Cancelled);
@@ -167,9 +189,9 @@ TEST(Scheduler, StopCancelsEverything) {
   auto running = job({0}, 100000, 1h), queued = job({0}, 5, 1h);
   ASSERT_TRUE(scheduler->submit(running));
   ASSERT_TRUE(scheduler->submit(queued));
-  std::string text;  // the first job runs (has drawn a token) before stop()
-  for (int i = 0; i < 500 && text.empty(); ++i) running->wait(20ms, text);
-  ASSERT_FALSE(text.empty());
+  GenerationJob::Update u;  // the first job runs (has drawn a token) before stop()
+  for (int i = 0; i < 500 && u.text.empty(); ++i) running->wait(20ms, u);
+  ASSERT_FALSE(u.text.empty());
   scheduler->stop();
   wait_done(*running);
   wait_done(*queued);

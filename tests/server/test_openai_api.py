@@ -177,6 +177,72 @@ def test_stop_string_cuts_the_output(client):
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_chat_logprobs(client):
+    args = dict(model=MODEL, messages=USER, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(**args)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert entry.logprob <= 0 and isinstance(entry.token, str) and isinstance(entry.bytes, list)
+        assert entry.token == bytes(entry.bytes).decode("utf-8", "replace")
+        tops = entry.top_logprobs
+        assert len(tops) == 3
+        assert [t.logprob for t in tops] == sorted((t.logprob for t in tops), reverse=True)
+        # Greedy: each token is its position's most likely one.
+        assert tops[0].bytes == entry.bytes and tops[0].logprob == entry.logprob
+    # Streamed: the same entries, spread over the chunks (the cache is warm now: prefill differs, so
+    # the numbers agree to summation order).
+    chunks = list(client.chat.completions.create(**args, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.bytes for e in streamed] == [e.bytes for e in content]
+    assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(streamed, content))
+    # Without the switch there are none.
+    assert client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2).choices[0].logprobs is None
+
+
+def test_completion_logprobs_score_the_prompt_as_generation_scored_it(client):
+    prompt = [9707, 11, 1879, 374]
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0, logprobs=2, echo=True)
+    lp = r.choices[0].logprobs
+    n = r.usage.completion_tokens
+    assert len(lp.tokens) == len(prompt) + n == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert "".join(lp.tokens) == r.choices[0].text  # the echo, then the generated text
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
+    for i in range(1, len(lp.tokens)):
+        top = lp.top_logprobs[i]
+        assert lp.tokens[i] in top and top[lp.tokens[i]] == lp.token_logprobs[i]
+        assert 2 <= len(top) <= 3
+    for i in range(len(prompt), len(lp.tokens)):  # greedy: the chosen token is the best
+        assert max(lp.top_logprobs[i].values()) == lp.token_logprobs[i]
+
+    # Scoring the whole sequence as a prompt, generating nothing (what evaluation harnesses ask),
+    # gives the generated tokens the log-probabilities they had when they were drawn. vLLM's
+    # return_tokens_as_token_ids names the generated tokens by id.
+    generated = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0, logprobs=0,
+                                          extra_body={"return_tokens_as_token_ids": True})
+    g = generated.choices[0].logprobs
+    assert generated.choices[0].text == r.choices[0].text[len("".join(lp.tokens[:len(prompt)])):]
+    assert g.text_offset[0] == 0  # offsets into this choice's text
+    assert all(t.startswith("token_id:") for t in g.tokens) and len(g.tokens) == n
+    full_ids = prompt + [int(t.split(":")[1]) for t in g.tokens]
+    scored = client.completions.create(model=MODEL, prompt=full_ids, max_tokens=0, echo=True, logprobs=0)
+    s = scored.choices[0].logprobs
+    assert scored.usage.completion_tokens == 0 and scored.choices[0].text == r.choices[0].text
+    assert s.tokens == lp.tokens
+    for a, b in zip(s.token_logprobs[1:], lp.token_logprobs[1:]):
+        assert abs(a - b) < 1e-3, (a, b)
+
+    # Streamed: the echo first, then the generated pieces; together the non-streamed answer.
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0, logprobs=2,
+                                            echo=True, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == r.choices[0].text
+    pieces = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs]
+    assert sum((p.tokens for p in pieces), []) == lp.tokens
+    assert sum((p.text_offset for p in pieces), []) == lp.text_offset
+    assert chunks[0].choices[0].text == "".join(lp.tokens[:len(prompt)])
+
+
 # ---- refusals ----
 
 def test_authentication(server):
@@ -195,6 +261,14 @@ def test_bad_types_and_ranges(server, client):
                          ("top_k", 1.5), ("n", 3), ("model", "gpt-4o")]:
         body = {"model": MODEL, "messages": USER, field: value}
         assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param=field)
+    for extra, param in [({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                         ({"logprobs": 1}, "logprobs")]:
+        body = {"model": MODEL, "messages": USER, **extra}
+        assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param=param)
+    for extra, param in [({"logprobs": 21}, "logprobs"), ({"max_tokens": 0}, "max_tokens"), ({"echo": 1}, "echo"),
+                         ({"best_of": 2}, "best_of")]:
+        body = {"model": MODEL, "prompt": "x", **extra}
+        assert_error(*raw(server, "POST", "/v1/completions", body), 400, param=param)
 
 
 def test_bad_json_and_invalid_utf8(server):

@@ -47,7 +47,7 @@ void Generator::reset() {
 // Prefills `tokens` (the cache is empty) a block of rows at a time, scoring each token by the logits
 // of the position before it; returns the last position's logits (those of the first new token).
 std::vector<float> Generator::prefill_scoring(std::span<const int32_t> tokens, int top,
-                                              std::vector<TokenLogprob>& scored) {
+                                              std::vector<TokenLogprob>& scored, const LogprobCallback& on_logprob) {
   const size_t V = size_t(engine_.config().vocab_size);
   // Rows of logits held at once: ~64 MiB (110 rows at Qwen3's 151,936 vocabulary).
   const size_t block = std::max<size_t>(1, (size_t(64) << 20) / (V * sizeof(float)));
@@ -59,8 +59,12 @@ std::vector<float> Generator::prefill_scoring(std::span<const int32_t> tokens, i
     for (size_t r = 0; r < n; ++r) {
       const std::span<const float> row(rows.data() + r * V, V);
       const size_t next = begin + r + 1;
-      if (next < tokens.size()) scored.push_back(token_logprob(row, tokens[next], top));
-      else last.assign(row.begin(), row.end());
+      if (next < tokens.size()) {
+        scored.push_back(token_logprob(row, tokens[next], top));
+        if (on_logprob) on_logprob(scored.back(), true);
+      } else {
+        last.assign(row.begin(), row.end());
+      }
     }
   }
   return last;
@@ -96,7 +100,7 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   std::span<const int32_t> fresh(req.prompt.data() + common, req.prompt.size() - common);
   std::vector<float> logits;
   if (req.prompt_logprobs) {
-    logits = prefill_scoring(fresh, top, result.prompt_logprobs);
+    logits = prefill_scoring(fresh, top, result.prompt_logprobs, on_logprob);
   } else {
     auto out = engine_.prefill(fresh);
     logits.assign(out.begin(), out.end());
@@ -128,7 +132,7 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
     ++produced;
     if (req.logprobs) {
       result.logprobs.push_back(token_logprob(raw_logits, token, top));
-      if (on_logprob) on_logprob(result.logprobs.back());
+      if (on_logprob) on_logprob(result.logprobs.back(), false);
     }
     std::string_view emit;
     bool stopped = false;

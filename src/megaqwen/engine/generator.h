@@ -52,8 +52,10 @@ struct GenerationResult {
 // still held back (a partial character or a possible stop-string start that never completed) comes
 // in one more call with token -1.
 using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
-// With request.logprobs: called per generated token (the eos excepted), just before its TokenCallback.
-using LogprobCallback = std::function<void(const TokenLogprob&)>;
+// With request.prompt_logprobs: called per scored prompt token (of_prompt true), as the prefill
+// scores them. With request.logprobs: called per generated token (the eos excepted), just before its
+// TokenCallback.
+using LogprobCallback = std::function<void(const TokenLogprob&, bool of_prompt)>;
 
 class Generator {
  public:
@@ -70,7 +72,8 @@ class Generator {
   const Engine& engine() const { return engine_; }
 
  private:
-  std::vector<float> prefill_scoring(std::span<const int32_t> tokens, int top, std::vector<TokenLogprob>& scored);
+  std::vector<float> prefill_scoring(std::span<const int32_t> tokens, int top, std::vector<TokenLogprob>& scored,
+                                     const LogprobCallback& on_logprob);
 
   Engine& engine_;
   std::vector<int32_t> cached_;  // the tokens in the engine's cache, in order

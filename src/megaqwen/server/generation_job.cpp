@@ -7,11 +7,17 @@ void GenerationJob::cancel() {
   changed_.notify_all();
 }
 
-GenerationJob::State GenerationJob::wait(std::chrono::milliseconds timeout, std::string& text) {
+GenerationJob::State GenerationJob::wait(std::chrono::milliseconds timeout, Update& update) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !pending_.empty() || state_ == State::Done; });
-  text += pending_;
-  pending_.clear();
+  changed_.wait_for(lock, timeout, [&] { return !pending_.text.empty() || state_ == State::Done; });
+  update.text += pending_.text;
+  for (auto list : {&Update::prompt_logprobs, &Update::logprobs}) {
+    auto& from = pending_.*list;
+    auto& to = update.*list;
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+    from.clear();
+  }
+  pending_.text.clear();
   return state_;
 }
 
@@ -40,10 +46,15 @@ bool GenerationJob::on_token(int32_t token, std::string_view text) {
     std::lock_guard lock(mutex_);
     if (token >= 0 && first_token_seconds_ < 0)
       first_token_seconds_ = std::chrono::duration<double>(Clock::now() - arrived_).count();
-    pending_ += text;
+    pending_.text += text;
   }
   if (!text.empty()) changed_.notify_all();
   return !cancelled_ && Clock::now() < deadline_;
+}
+
+void GenerationJob::on_logprob(const TokenLogprob& logprob, bool of_prompt) {
+  std::lock_guard lock(mutex_);
+  (of_prompt ? pending_.prompt_logprobs : pending_.logprobs).push_back(logprob);
 }
 
 void GenerationJob::finish(GenerationResult result) {

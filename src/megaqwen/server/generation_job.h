@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/server/api_error.h"
@@ -31,8 +32,15 @@ class GenerationJob {
   // --- HTTP side ---
   void cancel();
   bool cancelled() const { return cancelled_; }
-  // Waits until new text, the end, or `timeout`; moves the new text into `text` and returns the state.
-  State wait(std::chrono::milliseconds timeout, std::string& text);
+  // What the worker produced since the last wait(): text, and the logprobs of scored prompt tokens and
+  // of generated tokens (a token's logprob arrives before its text, which a stop string or an
+  // unfinished character may hold back).
+  struct Update {
+    std::string text;
+    std::vector<TokenLogprob> prompt_logprobs, logprobs;
+  };
+  // Waits until new text, the end, or `timeout`; appends what came to `update` and returns the state.
+  State wait(std::chrono::milliseconds timeout, Update& update);
   // Stops a job that has not started yet (its deadline passed in the queue); false when it already runs.
   bool withdraw();
   // Valid once Done: the result, or the error that ended the job (503 when it expired or was
@@ -45,6 +53,7 @@ class GenerationJob {
   // --- worker side ---
   bool start();                                   // false: cancelled or expired, do not run it
   bool on_token(int32_t token, std::string_view text);  // false: stop generating
+  void on_logprob(const TokenLogprob& logprob, bool of_prompt);
   void finish(GenerationResult result);
   void fail(std::string message);
 
@@ -56,7 +65,7 @@ class GenerationJob {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   State state_ = State::Queued;
-  std::string pending_;  // text not yet taken by wait()
+  Update pending_;  // not yet taken by wait()
   GenerationResult result_;
   std::optional<ApiError> error_;
   double first_token_seconds_ = -1;

@@ -124,37 +124,49 @@ class Listener : public httplib::Server {
 
 Usage usage_of(const GenerationResult& r) { return {r.prompt_tokens, int(r.tokens.size()), r.reused_tokens}; }
 
-// How a stream turns generated text into server-sent events; one per endpoint.
+// How a stream turns what the job produces into server-sent events; one per endpoint.
 class StreamFormat {
  public:
   virtual ~StreamFormat() = default;
   virtual std::string begin() = 0;
-  virtual std::string text(std::string_view piece) = 0;
+  // New text and logprobs; what cannot be placed yet (logprobs of text still held back) is kept.
+  virtual std::string update(GenerationJob::Update& u) = 0;
   virtual std::string end(const GenerationResult& result) = 0;  // everything before [DONE]
 };
 
 class ChatStreamFormat : public StreamFormat {
  public:
-  ChatStreamFormat(ResponseHeader header, ReplyParser parser, std::string forced_prefix, bool include_usage)
+  ChatStreamFormat(ResponseHeader header, ReplyParser parser, std::string forced_prefix, bool include_usage,
+                   bool logprobs, TokenNames names)
       : header_(std::move(header)), parser_(std::move(parser)), forced_prefix_(std::move(forced_prefix)),
-        include_usage_(include_usage) {}
+        include_usage_(include_usage), logprobs_(logprobs), names_(std::move(names)) {}
 
   std::string begin() override {
     std::string out = chunk({{"role", "assistant"}, {"content", ""}});
     return out + deltas(parser_.feed(forced_prefix_));  // the forced start of a tool call is part of the reply
   }
-  std::string text(std::string_view piece) override { return deltas(parser_.feed(piece)); }
+  std::string update(GenerationJob::Update& u) override {
+    pending_.insert(pending_.end(), u.logprobs.begin(), u.logprobs.end());
+    return deltas(parser_.feed(u.text));
+  }
   std::string end(const GenerationResult& r) override {
     std::string out = deltas(parser_.finish());
     out += sse_event(chat_chunk_json(header_, ordered_json::object(), finish_reason(r.finish, tool_calls_sent_ > 0),
-                                     include_usage_));
+                                     include_usage_, take_logprobs()));
     if (include_usage_) out += sse_event(usage_chunk_json(header_, "chat.completion.chunk", usage_of(r)));
     return out;
   }
 
  private:
+  // The logprobs of the tokens generated so far and not yet sent ride on the next chunk.
+  ordered_json take_logprobs() {
+    if (!logprobs_ || pending_.empty()) return nullptr;
+    ordered_json j = chat_logprobs_json(pending_, names_);
+    pending_.clear();
+    return j;
+  }
   std::string chunk(ordered_json delta) {
-    return sse_event(chat_chunk_json(header_, std::move(delta), std::nullopt, include_usage_));
+    return sse_event(chat_chunk_json(header_, std::move(delta), std::nullopt, include_usage_, take_logprobs()));
   }
   std::string deltas(const ReplyDelta& d) {
     std::string out;
@@ -170,27 +182,63 @@ class ChatStreamFormat : public StreamFormat {
   ResponseHeader header_;
   ReplyParser parser_;
   std::string forced_prefix_;
-  bool include_usage_;
+  bool include_usage_, logprobs_;
+  TokenNames names_;
   size_t tool_calls_sent_ = 0;
+  std::vector<TokenLogprob> pending_;
 };
 
+// With echo, the prompt's text (and its logprobs, when asked for) is the stream's first chunk.
 class CompletionStreamFormat : public StreamFormat {
  public:
-  CompletionStreamFormat(ResponseHeader header, bool include_usage)
-      : header_(std::move(header)), include_usage_(include_usage) {}
-  std::string begin() override { return ""; }
-  std::string text(std::string_view piece) override {
-    return sse_event(completion_chunk_json(header_, std::string(piece), std::nullopt, include_usage_));
+  CompletionStreamFormat(ResponseHeader header, bool include_usage, const CompletionRequest& r,
+                         std::vector<int32_t> prompt, std::string echo_text, TokenNames names)
+      : header_(std::move(header)), include_usage_(include_usage), logprobs_(r.options.logprobs.has_value()),
+        prompt_(std::move(prompt)), echo_(r.echo), echo_text_(std::move(echo_text)), names_(std::move(names)) {}
+  std::string begin() override {
+    // Without prompt logprobs the echo needs nothing from the job.
+    return echo_ && !logprobs_ ? send_echo() : "";
+  }
+  std::string update(GenerationJob::Update& u) override {
+    prompt_scored_.insert(prompt_scored_.end(), u.prompt_logprobs.begin(), u.prompt_logprobs.end());
+    pending_.insert(pending_.end(), u.logprobs.begin(), u.logprobs.end());
+    // The prompt is scored before the first token is generated: anything generated means it is all here.
+    std::string out = echo_ && (!u.text.empty() || !pending_.empty()) ? send_echo() : "";
+    if (!u.text.empty()) out += chunk(u.text);
+    return out;
   }
   std::string end(const GenerationResult& r) override {
-    std::string out = sse_event(completion_chunk_json(header_, "", finish_reason(r.finish, false), include_usage_));
+    std::string out = echo_ ? send_echo() : "";
+    if (logprobs_ && !pending_.empty()) out += chunk("");
+    out += sse_event(completion_chunk_json(header_, "", finish_reason(r.finish, false), include_usage_));
     if (include_usage_) out += sse_event(usage_chunk_json(header_, "text_completion", usage_of(r)));
     return out;
   }
 
  private:
+  std::string send_echo() {
+    if (!echo_) return "";
+    echo_ = false;
+    ordered_json lp = logprobs_ ? completion_logprobs_json(prompt_.front(), prompt_scored_, names_, offset_) : nullptr;
+    return sse_event(completion_chunk_json(header_, echo_text_, std::nullopt, include_usage_, std::move(lp)));
+  }
+  std::string chunk(std::string_view text) {
+    ordered_json lp = nullptr;
+    if (logprobs_) {
+      lp = completion_logprobs_json(std::nullopt, pending_, names_, offset_);
+      pending_.clear();
+    }
+    return sse_event(completion_chunk_json(header_, std::string(text), std::nullopt, include_usage_, std::move(lp)));
+  }
+
   ResponseHeader header_;
-  bool include_usage_;
+  bool include_usage_, logprobs_;
+  std::vector<int32_t> prompt_;
+  bool echo_;  // the echo is still to be sent
+  std::string echo_text_;
+  TokenNames names_;
+  std::vector<TokenLogprob> prompt_scored_, pending_;
+  size_t offset_ = 0;  // text_offset of the next token
 };
 
 }  // namespace
@@ -331,7 +379,7 @@ struct HttpServer::Impl {
   static const GenerationResult& wait_for(GenerationJob& job, const httplib::Request& req) {
     const ClientWatch client(req);
     for (;;) {
-      std::string ignored;
+      GenerationJob::Update ignored;  // the result has it all
       if (job.wait(kPollInterval, ignored) == GenerationJob::State::Done) break;
       if (Clock::now() >= job.deadline() && job.withdraw()) throw queue_timeout();
       if (client.gone()) {
@@ -352,7 +400,9 @@ struct HttpServer::Impl {
     auto job = submit(make_generation_request(served, std::move(prompt.tokens), r.options));
     if (r.options.stream) {
       stream(res, job,
-             std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix, r.options.include_usage));
+             std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix,
+                                                r.options.include_usage, r.options.logprobs.has_value(),
+                                                token_names(r.options)));
       return;
     }
     const GenerationResult& result = wait_for(*job, req);
@@ -363,19 +413,41 @@ struct HttpServer::Impl {
     reply.tool_calls.insert(reply.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
     send_json(res, 200,
               chat_completion_json(header, reply, finish_reason(result.finish, !reply.tool_calls.empty()),
-                                   usage_of(result)));
+                                   usage_of(result),
+                                   r.options.logprobs ? chat_logprobs_json(result.logprobs, token_names(r.options)) : nullptr));
+  }
+
+  TokenNames token_names(const GenerationOptions& o) const {
+    return {[tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); }, o.tokens_as_ids};
   }
 
   void complete(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     CompletionRequest r = parse_completion_request(parse_json_body(body), served.limits);
     ResponseHeader header = new_response_header("cmpl", served.limits.id);
-    auto job = submit(make_generation_request(served, build_completion_prompt(served, r), r.options));
+    std::vector<int32_t> prompt = build_completion_prompt(served, r);
+    // The echo is the prompt as the model saw it: its tokens' bytes (so text offsets line up).
+    std::string echo_text;
+    if (r.echo)
+      for (int32_t id : prompt) echo_text += served.tokenizer.sampled_bytes(id);
+    auto job = submit(make_generation_request(served, prompt, r.options));
     if (r.options.stream) {
-      stream(res, job, std::make_shared<CompletionStreamFormat>(header, r.options.include_usage));
+      stream(res, job,
+             std::make_shared<CompletionStreamFormat>(header, r.options.include_usage, r, std::move(prompt),
+                                                      std::move(echo_text), token_names(r.options)));
       return;
     }
     const GenerationResult& result = wait_for(*job, req);
-    send_json(res, 200, completion_json(header, result.text, finish_reason(result.finish, false), usage_of(result)));
+    ordered_json logprobs = nullptr;
+    if (r.options.logprobs) {
+      std::vector<TokenLogprob> entries = result.prompt_logprobs;  // empty without echo
+      entries.insert(entries.end(), result.logprobs.begin(), result.logprobs.end());
+      size_t offset = 0;
+      logprobs = completion_logprobs_json(r.echo ? std::optional(prompt.front()) : std::nullopt, entries,
+                                          token_names(r.options), offset);
+    }
+    send_json(res, 200,
+              completion_json(header, echo_text + result.text, finish_reason(result.finish, false), usage_of(result),
+                              std::move(logprobs)));
   }
 
   struct Progress {
@@ -412,10 +484,10 @@ struct HttpServer::Impl {
       out += format.begin();
       progress.begun = true;
     }
-    std::string text;
-    const bool done = job.wait(kPollInterval, text) == GenerationJob::State::Done;
+    GenerationJob::Update update;
+    const bool done = job.wait(kPollInterval, update) == GenerationJob::State::Done;
     const bool expired = !done && Clock::now() >= job.deadline() && job.withdraw();
-    if (!text.empty()) out += format.text(text);
+    out += format.update(update);
     if (expired) out += sse_event(error_json(queue_timeout()));
     else if (done && job.error()) out += sse_event(error_json(*job.error()));
     else if (done) out += format.end(job.result());

@@ -87,8 +87,9 @@ void check_model(const ordered_json& body, const ModelLimits& model) {
 }
 
 // The options shared by /v1/chat/completions and /v1/completions.
+// min_max_tokens: 0 where a request may generate nothing (completions scoring an echoed prompt).
 GenerationOptions parse_generation_options(const ordered_json& body, const ModelLimits& model,
-                                           const char* max_tokens_key) {
+                                           const char* max_tokens_key, int min_max_tokens = 1) {
   GenerationOptions o;
   SamplingParams& s = o.sampling;
   s = model.defaults;
@@ -115,9 +116,9 @@ GenerationOptions parse_generation_options(const ordered_json& body, const Model
   }
 
   // max_completion_tokens is the newer name of max_tokens in the chat API; it wins when both are given.
-  std::optional<int64_t> max_tokens = integer_field(body, "max_tokens", 1, kMaxTokensLimit, "max_tokens");
+  std::optional<int64_t> max_tokens = integer_field(body, "max_tokens", min_max_tokens, kMaxTokensLimit, "max_tokens");
   if (max_tokens_key)
-    if (auto v = integer_field(body, max_tokens_key, 1, kMaxTokensLimit, max_tokens_key)) max_tokens = v;
+    if (auto v = integer_field(body, max_tokens_key, min_max_tokens, kMaxTokensLimit, max_tokens_key)) max_tokens = v;
   if (max_tokens) o.max_tokens = int(*max_tokens);
 
   if (const ordered_json* stop = field(body, "stop")) {
@@ -137,6 +138,7 @@ GenerationOptions parse_generation_options(const ordered_json& body, const Model
       if (s.empty()) throw invalid_request("'stop' strings must not be empty", "stop");
   }
 
+  o.tokens_as_ids = bool_field(body, "return_tokens_as_token_ids", "return_tokens_as_token_ids").value_or(false);
   o.stream = bool_field(body, "stream", "stream").value_or(false);
   if (const ordered_json* so = object_field(body, "stream_options", "stream_options"))
     o.include_usage = bool_field(*so, "include_usage", "stream_options.include_usage").value_or(false);
@@ -291,8 +293,11 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
   check_model(body, model);
   ChatCompletionRequest r;
   r.options = parse_generation_options(body, model, "max_completion_tokens");
-  if (auto lp = bool_field(body, "logprobs", "logprobs"); lp && *lp)
-    throw invalid_request("logprobs are not supported", "logprobs");
+  // logprobs: true turns them on; top_logprobs asks for alternatives and needs it (as OpenAI has it).
+  const bool logprobs = bool_field(body, "logprobs", "logprobs").value_or(false);
+  const std::optional<int64_t> top = integer_field(body, "top_logprobs", 0, kMaxTopLogprobs, "top_logprobs");
+  if (top && !logprobs) throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  if (logprobs) r.options.logprobs = int(top.value_or(0));
 
   const ordered_json* messages = array_field(body, "messages", "messages");
   if (!messages || messages->empty()) throw invalid_request("'messages' must be a non-empty array", "messages");
@@ -340,10 +345,15 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
 CompletionRequest parse_completion_request(const ordered_json& body, const ModelLimits& model) {
   check_model(body, model);
   CompletionRequest r;
-  r.options = parse_generation_options(body, model, nullptr);
-  if (auto echo = bool_field(body, "echo", "echo"); echo && *echo)
-    throw invalid_request("echo is not supported", "echo");
-  if (field(body, "logprobs")) throw invalid_request("logprobs are not supported", "logprobs");
+  r.options = parse_generation_options(body, model, nullptr, 0);
+  r.echo = bool_field(body, "echo", "echo").value_or(false);
+  if (auto lp = integer_field(body, "logprobs", 0, kMaxTopLogprobs, "logprobs")) r.options.logprobs = int(*lp);
+  r.options.prompt_logprobs = r.echo && r.options.logprobs;
+  // Generating nothing only makes sense when the prompt comes back (scored, with logprobs).
+  if (r.options.max_tokens == 0 && !r.echo)
+    throw invalid_request("'max_tokens' must be at least 1 (0 only with 'echo': true)", "max_tokens");
+  if (auto best_of = integer_field(body, "best_of", 0, kMaxTokensLimit, "best_of"); best_of && *best_of > 1)
+    throw invalid_request("best_of > 1 is not supported", "best_of");
   if (auto suffix = string_field(body, "suffix", "suffix"); suffix && !suffix->empty())
     throw invalid_request("suffix is not supported", "suffix");
 
@@ -409,8 +419,72 @@ ResponseHeader new_response_header(std::string_view id_prefix, const std::string
   return {id, std::chrono::duration_cast<std::chrono::seconds>(now).count(), model};
 }
 
+namespace {
+
+ordered_json byte_list(std::string_view bytes) {
+  ordered_json list = ordered_json::array();
+  for (char c : bytes) list.push_back(int(static_cast<unsigned char>(c)));
+  return list;
+}
+
+// Characters in `bytes`: every byte but UTF-8 continuation bytes (a character split across tokens
+// counts once, with its first byte).
+size_t character_count(std::string_view bytes) {
+  size_t n = 0;
+  for (char c : bytes) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+std::string TokenNames::name(int32_t id) const {
+  return as_ids ? fmt::format("token_id:{}", id) : std::string(bytes(id));
+}
+
+ordered_json chat_logprobs_json(std::span<const TokenLogprob> entries, const TokenNames& names) {
+  ordered_json content = ordered_json::array();
+  for (const TokenLogprob& e : entries) {
+    ordered_json top = ordered_json::array();
+    for (const TopLogprob& t : e.top)
+      top.push_back({{"token", names.name(t.token)}, {"logprob", t.logprob}, {"bytes", byte_list(names.bytes(t.token))}});
+    content.push_back({{"token", names.name(e.token)},
+                       {"logprob", e.logprob},
+                       {"bytes", byte_list(names.bytes(e.token))},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+ordered_json completion_logprobs_json(std::optional<int32_t> unscored, std::span<const TokenLogprob> entries,
+                                      const TokenNames& names, size_t& offset) {
+  ordered_json tokens = ordered_json::array(), logprobs = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  auto place = [&](int32_t token) {
+    tokens.push_back(names.name(token));
+    offsets.push_back(offset);
+    offset += character_count(names.bytes(token));
+  };
+  if (unscored) {
+    place(*unscored);
+    logprobs.push_back(nullptr);
+    tops.push_back(nullptr);
+  }
+  for (const TokenLogprob& e : entries) {
+    place(e.token);
+    logprobs.push_back(e.logprob);
+    ordered_json top = ordered_json::object();
+    for (const TopLogprob& t : e.top) top[names.name(t.token)] = t.logprob;
+    top[names.name(e.token)] = e.logprob;
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
 ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
-                                  const Usage& usage) {
+                                  const Usage& usage, ordered_json logprobs) {
   ordered_json message = {{"role", "assistant"}};
   // With tool calls and no text besides, content is null as OpenAI returns it.
   std::string content = reply.content;
@@ -427,20 +501,20 @@ ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& rep
           {"model", h.model},
           {"choices", ordered_json::array({{{"index", 0},
                                             {"message", std::move(message)},
-                                            {"logprobs", nullptr},
+                                            {"logprobs", std::move(logprobs)},
                                             {"finish_reason", finish}}})},
           {"usage", usage_json(usage)}};
 }
 
 ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
-                             bool usage_null) {
+                             bool usage_null, ordered_json logprobs) {
   ordered_json chunk = {{"id", h.id},
                         {"object", "chat.completion.chunk"},
                         {"created", h.created},
                         {"model", h.model},
                         {"choices", ordered_json::array({{{"index", 0},
                                                           {"delta", std::move(delta)},
-                                                          {"logprobs", nullptr},
+                                                          {"logprobs", std::move(logprobs)},
                                                           {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};
   if (usage_null) chunk["usage"] = nullptr;
   return chunk;
@@ -453,24 +527,27 @@ ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, 
 }
 
 ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                             const Usage& usage) {
+                             const Usage& usage, ordered_json logprobs) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", ordered_json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"choices", ordered_json::array({{{"index", 0},
+                                            {"text", text},
+                                            {"logprobs", std::move(logprobs)},
+                                            {"finish_reason", finish}}})},
           {"usage", usage_json(usage)}};
 }
 
 ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
-                                   const std::optional<std::string>& finish, bool usage_null) {
+                                   const std::optional<std::string>& finish, bool usage_null, ordered_json logprobs) {
   ordered_json chunk = {{"id", h.id},
                         {"object", "text_completion"},
                         {"created", h.created},
                         {"model", h.model},
                         {"choices", ordered_json::array({{{"index", 0},
                                                           {"text", text},
-                                                          {"logprobs", nullptr},
+                                                          {"logprobs", std::move(logprobs)},
                                                           {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};
   if (usage_null) chunk["usage"] = nullptr;
   return chunk;

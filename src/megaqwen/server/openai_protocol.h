@@ -4,13 +4,16 @@
 //
 // Every field the server reads is checked for type and range; a violation is an ApiError 400 naming
 // the field. Fields it does not know are ignored, as OpenAI-compatible servers commonly do; fields it
-// knows but cannot honour (n > 1, logprobs, echo) are refused rather than silently dropped.
+// knows but cannot honour (n > 1, best_of > 1, suffix, image parts) are refused rather than silently
+// dropped.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +41,11 @@ struct GenerationOptions {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage
+  // Log-probabilities of the generated tokens with this many alternatives (chat: logprobs +
+  // top_logprobs; completions: logprobs); nullopt: none.
+  std::optional<int> logprobs;
+  bool prompt_logprobs = false;            // completions with echo and logprobs: score the prompt too
+  bool tokens_as_ids = false;              // return_tokens_as_token_ids (vLLM): see TokenNames
 };
 
 enum class ToolChoice { None, Auto, Required, Function };
@@ -53,6 +61,7 @@ struct ChatCompletionRequest {
 
 struct CompletionRequest {
   GenerationOptions options;
+  bool echo = false;                       // the reply's text starts with the prompt
   std::optional<std::string> prompt_text;  // one of these two
   std::vector<int32_t> prompt_ids;
 };
@@ -87,19 +96,45 @@ struct ResponseHeader {
 };
 ResponseHeader new_response_header(std::string_view id_prefix, const std::string& model);
 
-// The whole reply of a non-streamed chat completion.
+// A token's raw bytes (Tokenizer::sampled_bytes). In JSON strings a piece of a UTF-8 character reads
+// as U+FFFD; chat entries also carry the exact bytes.
+using TokenBytes = std::function<std::string_view(int32_t)>;
+
+// How logprob entries name tokens: by their text, or (vLLM's return_tokens_as_token_ids, for clients
+// that work in ids) as "token_id:<id>". Text offsets count the text either way.
+struct TokenNames {
+  TokenBytes bytes;
+  bool as_ids = false;
+  std::string name(int32_t id) const;
+};
+
+// Chat's logprobs object: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+// "logprob", "bytes"}, ...]}, ...], "refusal": null}.
+ordered_json chat_logprobs_json(std::span<const TokenLogprob> entries, const TokenNames& names);
+
+// The completions API's logprobs object: parallel lists "tokens", "token_logprobs", "top_logprobs"
+// (token text -> logprob: the requested alternatives plus the chosen token, so up to top + 1 keys, as
+// OpenAI returns them) and "text_offset" (where each token's text starts in the choice's text, in
+// characters). `unscored`: a leading token without context (an echoed prompt's first), whose
+// logprob and alternatives are null. `offset` is where the first token starts; it is advanced past
+// every token, so a stream's chunks continue each other's offsets.
+ordered_json completion_logprobs_json(std::optional<int32_t> unscored, std::span<const TokenLogprob> entries,
+                                      const TokenNames& names, size_t& offset);
+
+// The whole reply of a non-streamed chat completion; `logprobs` null or chat_logprobs_json.
 ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
-                                  const Usage& usage);
+                                  const Usage& usage, ordered_json logprobs = nullptr);
 // One streamed chunk; `delta` as OpenAI's delta object. usage_null adds "usage": null (include_usage).
 ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
-                             bool usage_null);
+                             bool usage_null, ordered_json logprobs = nullptr);
 // The final usage-only chunk of a stream with include_usage (choices empty).
 ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, const Usage& usage);
 
 ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                             const Usage& usage);
+                             const Usage& usage, ordered_json logprobs = nullptr);
 ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
-                                   const std::optional<std::string>& finish, bool usage_null);
+                                   const std::optional<std::string>& finish, bool usage_null,
+                                   ordered_json logprobs = nullptr);
 
 ordered_json models_json(const std::string& model_id, int64_t created);
 

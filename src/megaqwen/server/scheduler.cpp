@@ -57,7 +57,8 @@ void Scheduler::work() {
     if (job->start()) {
       try {
         GenerationResult result = generator_.run(
-            job->request(), [&](int32_t token, std::string_view text) { return job->on_token(token, text); });
+            job->request(), [&](int32_t token, std::string_view text) { return job->on_token(token, text); },
+            [&](const TokenLogprob& logprob, bool of_prompt) { job->on_logprob(logprob, of_prompt); });
         job->finish(std::move(result));
       } catch (const std::exception& e) {
         // The cache may hold a half-prefilled prompt: start the next request from scratch.

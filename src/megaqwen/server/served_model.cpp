@@ -100,6 +100,8 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.sampling = options.sampling;
   g.eos_ids = served.eos_ids;
   g.stop_strings = options.stop;
+  g.logprobs = options.logprobs;
+  g.prompt_logprobs = options.prompt_logprobs;
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
   return g;
