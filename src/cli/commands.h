@@ -16,5 +16,6 @@ void add_template_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace megaqwen::cli

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   megaqwen::cli::add_chat_command(app);
   megaqwen::cli::add_serve_command(app);
   megaqwen::cli::add_verify_command(app);
+  megaqwen::cli::add_perplexity_command(app);
   try {
     // CLI11 would only say "A subcommand is required" for a mistyped one: name it.
     if (argc > 1 && argv[1][0] != '-' &&

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -362,6 +363,44 @@ TEST_F(CliBadInput, VerifyReportsAndWritesJson) {
   expect_one_error_line(with({"--prompt", "hello"}), {"has no tokenizer", "give --ids instead"});
   expect_one_error_line(with({"-n", "50000"}), {"160 tokens + 50000 generated exceed the model's 40960 positions"});
   expect_one_error_line(with({"--positions", "0"}), {"--positions"});
+}
+
+// perplexity on a tiny model with the Qwen3 tokenizer: the running value per window, the final line
+// and the JSON agree; what cannot be measured ends with one error line.
+TEST_F(CliBadInput, PerplexityReportsAndRefuses) {
+  const fs::path with_tokenizer = work_dir() / "tiny-tok";
+  const RunResult synth = run({"synth", "--preset", "tiny", "--seed", "3", "--out", with_tokenizer.string(), "-t", "2",
+                               "--tokenizer", test::qwen3_tokenizer_dir().string()});
+  ASSERT_EQ(synth.status, 0) << synth.err;
+  const fs::path text = work_dir() / "text.txt", json = work_dir() / "ppl.json";
+  std::string words;
+  for (int i = 0; i < 200; ++i) words += "The quick brown fox " + std::to_string(i) + " jumps over the lazy dog. ";
+  write_file(text, words);
+  const std::vector<std::string> base = {"perplexity", "-m", with_tokenizer.string(), "-d", "cpu", "-t", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const RunResult r = run(with({"-f", text.string(), "-w", "64", "--windows", "3", "--json", json.string()}));
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  const ordered_json j = ordered_json::parse(read_file(json));
+  EXPECT_EQ(j["windows"], 3);
+  EXPECT_EQ(j["window"], 64);
+  EXPECT_EQ(j["scored_tokens"], 3 * 31);
+  EXPECT_EQ(j["per_window"].size(), 3u);
+  const double ppl = j["perplexity"].get<double>();
+  EXPECT_NEAR(ppl, std::exp(j["mean_nll"].get<double>()), 1e-9 * ppl);
+  EXPECT_NE(r.out.find("[1/3] "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("[3/3] {:.4f}\n", ppl)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("PPL = {:.4f} +/- ", ppl)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over 93 tokens (3 windows of 64)"), std::string::npos) << r.out;
+
+  expect_one_error_line(with({"--text", "too short"}), {"fewer than one window of 512"});
+  expect_one_error_line(with({"-f", (work_dir() / "missing.txt").string()}), {"cannot read", "missing.txt"});
+  expect_one_error_line(with({}), {"give exactly one of --file PATH or --text TEXT"});
+  expect_one_error_line(with({"--text", words, "-w", "64", "-c", "32"}), {"window of 64 tokens exceeds the context of 32"});
+  expect_one_error_line({"perplexity", "-m", model().string(), "--text", "x"}, {"has no tokenizer"});
 }
 
 TEST_F(CliBadInput, BadTokenIds) {

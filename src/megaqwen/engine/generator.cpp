@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "megaqwen/engine/scoring.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -44,29 +45,20 @@ void Generator::reset() {
   cached_.clear();
 }
 
-// Prefills `tokens` (the cache is empty) a block of rows at a time, scoring each token by the logits
-// of the position before it; returns the last position's logits (those of the first new token).
+// Prefills `tokens` (the cache is empty), scoring each token by the logits of the position before
+// it; returns the last position's logits (those that predict the first new token).
 std::vector<float> Generator::prefill_scoring(std::span<const int32_t> tokens, int top,
                                               std::vector<TokenLogprob>& scored, const LogprobCallback& on_logprob) {
-  const size_t V = size_t(engine_.config().vocab_size);
-  // Rows of logits held at once: ~64 MiB (110 rows at Qwen3's 151,936 vocabulary).
-  const size_t block = std::max<size_t>(1, (size_t(64) << 20) / (V * sizeof(float)));
-  std::vector<float> rows, last;
-  for (size_t begin = 0; begin < tokens.size(); begin += block) {
-    const size_t n = std::min(block, tokens.size() - begin);
-    engine_.prefill_all_logits(tokens.subspan(begin, n), rows);
-    cached_.insert(cached_.end(), tokens.begin() + std::ptrdiff_t(begin), tokens.begin() + std::ptrdiff_t(begin + n));
-    for (size_t r = 0; r < n; ++r) {
-      const std::span<const float> row(rows.data() + r * V, V);
-      const size_t next = begin + r + 1;
-      if (next < tokens.size()) {
-        scored.push_back(token_logprob(row, tokens[next], top));
-        if (on_logprob) on_logprob(scored.back(), true);
-      } else {
-        last.assign(row.begin(), row.end());
-      }
+  std::vector<float> last;
+  prefill_scored(engine_, tokens, [&](size_t i, std::span<const float> row) {
+    cached_.push_back(tokens[i]);
+    if (i + 1 < tokens.size()) {
+      scored.push_back(token_logprob(row, tokens[i + 1], top));
+      if (on_logprob) on_logprob(scored.back(), true);
+    } else {
+      last.assign(row.begin(), row.end());
     }
-  }
+  });
   return last;
 }
 
