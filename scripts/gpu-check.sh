@@ -176,9 +176,14 @@ mk_bench() {
   MEGAQWEN_DECODE=megakernel timeout 45 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --temp 0.7 --top-k 0 --top-p 0.9 --seed 1 \
     --json "/tmp/mk-bench-$name-megakernel-nucleus.json" || echo "MK BENCH $name nucleus FAILED"
+  # ... and scoring every greedy draw in the kernel (a logprob request: 5 alternatives).
+  MEGAQWEN_DECODE=megakernel timeout 45 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+    --depth 1,4096 --tokens 128 --repeats 3 --logprobs 5 \
+    --json "/tmp/mk-bench-$name-megakernel-logprobs.json" || echo "MK BENCH $name logprobs FAILED"
   python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "$name:megakernel:/tmp/mk-bench-$name-megakernel.json" \
     "$name:per-op:/tmp/mk-bench-$name-per-op.json" "$name:megakernel-topk:/tmp/mk-bench-$name-megakernel-topk.json" \
-    "$name:megakernel-nucleus:/tmp/mk-bench-$name-megakernel-nucleus.json"
+    "$name:megakernel-nucleus:/tmp/mk-bench-$name-megakernel-nucleus.json" \
+    "$name:megakernel-logprobs:/tmp/mk-bench-$name-megakernel-logprobs.json"
 }
 
 mk_stage() {

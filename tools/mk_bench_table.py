@@ -5,7 +5,8 @@ Usage: mk_bench_table.py --out merged.json MODEL:KERNEL:FILE [MODEL:KERNEL:FILE 
   e.g. qwen3-0.6b:megakernel:/tmp/a.json qwen3-0.6b:per-op:/tmp/b.json
 
 KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its own column
-(megakernel-topk: Qwen's sampling defaults; megakernel-nucleus: top-p without a top-k; ablate-N:
+(megakernel-topk: Qwen's sampling defaults; megakernel-nucleus: top-p without a top-k;
+megakernel-logprobs: greedy draws scored in the kernel; ablate-N:
 MEGAQWEN_MK_ABLATE=N).
 
 Prints, per model, a markdown table of decode tok/s by position for both kernels, the speedup, the

@@ -74,6 +74,9 @@ void add_bench_command(CLI::App& app) {
   // Decode draws greedy unless sampling flags say otherwise (generation_config.json is not consulted:
   // benchmarks compare like with like); e.g. --temp 0.6 --top-k 20 --top-p 0.95 for Qwen3's defaults.
   a->sampling.add_to(cmd);
+  cmd->add_option("--logprobs", a->plan.logprobs,
+                  "Score every decode draw with its log-probability and N alternatives (0-20): what a logprob request costs")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
   cmd->callback([a] {
     a->plan.sampling = a->sampling.resolve(a->plan.sampling);
     a->plan.prompt_lengths = parse_int_list(a->prompt_lens, "--prompt-len");
@@ -147,6 +150,8 @@ void add_bench_command(CLI::App& app) {
     if (!sp.greedy())
       std::printf("decode draws: temperature %g, top-k %d, top-p %g, min-p %g, penalties %g / %g / %g\n", sp.temperature,
                   sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty);
+    if (a->plan.logprobs >= 0)
+      std::printf("decode draws scored: log-probability and %d alternatives per token\n", a->plan.logprobs);
 
     if (!a->json.empty()) {
       nlohmann::ordered_json j;
@@ -165,7 +170,8 @@ void add_bench_command(CLI::App& app) {
                    {"sampling", {{"temperature", sp.temperature}, {"top_k", sp.top_k}, {"top_p", sp.top_p},
                                  {"min_p", sp.min_p}, {"repetition_penalty", sp.repetition_penalty},
                                  {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
-                                 {"seed", sp.seed}}}};
+                                 {"seed", sp.seed}}},
+                   {"logprobs", a->plan.logprobs}};
       for (const auto& r : results)
         j["results"].push_back({{"test", r.test}, {"kind", r.is_decode ? "decode" : "prefill"}, {"tokens", r.tokens},
                                 {"depth", r.depth}, {"median_tok_s", r.median_tok_s}, {"min_tok_s", r.min_tok_s},

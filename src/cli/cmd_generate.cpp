@@ -1,6 +1,9 @@
 // megaqwen generate: one prompt in, tokens streamed out as they come.
 #include <cstdio>
 #include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common_options.h"
@@ -21,7 +24,33 @@ struct GenerateArgs {
   int max_tokens = 128;
   std::vector<std::string> stops;
   bool print_ids = false, ignore_eos = false;
+  std::optional<int> logprobs;
 };
+
+// A token for the logprob table: its text as a JSON string (control bytes and partial UTF-8
+// escaped), or its id without a tokenizer.
+std::string token_label(const std::optional<Tokenizer>& tokenizer, int32_t id) {
+  if (!tokenizer) return std::to_string(id);
+  return nlohmann::json(std::string(tokenizer->sampled_bytes(id))).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// One line per generated token, on stderr after the text: its log-probability and the most likely
+// alternatives of its position.
+void print_logprobs(const GenerationResult& r, const std::optional<Tokenizer>& tokenizer) {
+  std::fprintf(stderr, "logprobs (natural log) of each generated token, then its position's most likely tokens:\n");
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    const TokenLogprob& lp = r.logprobs[i];
+    char own[32];
+    std::snprintf(own, sizeof own, "%.4f", double(lp.logprob));
+    std::string line = "  " + std::to_string(i) + "\t" + own + "\t" + token_label(tokenizer, lp.token);
+    for (size_t k = 0; k < lp.top.size(); ++k) {
+      char value[32];
+      std::snprintf(value, sizeof value, " %.4f", double(lp.top[k].logprob));
+      line += (k == 0 ? "\t| " : ", ") + token_label(tokenizer, lp.top[k].token) + value;
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
 
 void run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.ids.empty()) fail("give exactly one of --prompt TEXT or --ids \"1 2 3\"");
@@ -36,6 +65,7 @@ void run_generate(const GenerateArgs& a) {
   req.sampling = a.sampling.resolve(defaults.sampling);
   req.max_tokens = a.max_tokens;
   req.stop_strings = a.stops;
+  req.logprobs = a.logprobs;
   if (!a.ignore_eos) req.eos_ids = stop_token_ids(model->config, defaults, tokenizer ? &*tokenizer : nullptr);
   const bool text_out = tokenizer && !a.print_ids;
   if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->sampled_bytes(id); };
@@ -52,12 +82,14 @@ void run_generate(const GenerateArgs& a) {
     return true;
   });
   std::printf("\n");
+  std::fflush(stdout);  // the text before the summary on stderr
   const int n = int(r.tokens.size());
   std::fprintf(stderr,
                "megaqwen: %s | prompt %d tokens, %.1f tok/s prefill | generated %d tokens, %.2f tok/s | "
                "finish: %s\n",
                engine->device_name().c_str(), r.prompt_tokens, r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), n,
                n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, finish_reason_name(r.finish));
+  if (a.logprobs) print_logprobs(r, tokenizer);
 }
 
 }  // namespace
@@ -72,6 +104,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
   cmd->add_flag("--print-ids", a->print_ids, "Print token ids instead of text");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");
+  cmd->add_option("--logprobs", a->logprobs,
+                  "After the text, print each generated token's log-probability and its position's N most likely "
+                  "tokens (0-20) on stderr")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
   a->sampling.add_to(cmd);
   cmd->callback([a] { run_generate(*a); });
 }

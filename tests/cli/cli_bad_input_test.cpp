@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,35 @@ TEST_F(CliBadInput, GoodModelGeneratesIdsWithoutATokenizer) {
   EXPECT_EQ(count, 2) << r.out;
   EXPECT_NE(r.err.find("finish: length"), std::string::npos) << r.err;
   EXPECT_EQ(run({"info", "-m", model().string()}).status, 0);
+}
+
+// generate --logprobs: after the ids, one stderr line per generated token (index, its log-probability,
+// then the N best of its position, best first); greedy tokens are their position's best. Out of range: one error line.
+TEST_F(CliBadInput, GenerateLogprobsPrintsEveryTokensScore) {
+  const RunResult r = run(generate(model(), {"--ids", "1 2 3", "--greedy", "--logprobs", "2"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream out(r.out), err(r.err);
+  std::vector<std::string> ids{std::istream_iterator<std::string>(out), {}};
+  ASSERT_EQ(ids.size(), 2u) << r.out;
+  std::string line;
+  int rows = 0;
+  while (std::getline(err, line)) {
+    if (line.rfind("  ", 0) != 0) continue;
+    std::istringstream fields(line);
+    int index = -1;
+    double logprob = 1;
+    std::string token, bar, first;
+    fields >> index >> logprob >> token >> bar >> first;
+    EXPECT_EQ(index, rows) << line;
+    EXPECT_LE(logprob, 0.0) << line;
+    EXPECT_EQ(token, ids[size_t(rows)]) << line;
+    EXPECT_EQ(bar, "|") << line;
+    EXPECT_EQ(first, ids[size_t(rows)]) << "greedy: the best alternative is the token itself: " << line;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 1) << "two alternatives: " << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << r.err;
+  expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--logprobs", "21"}), {"--logprobs", "21"});
 }
 
 // bench on the tiny model: the markdown table on stdout and the JSON record (plan, sampling, one

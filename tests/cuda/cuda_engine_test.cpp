@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -23,6 +24,7 @@
 #include "engine/hf_fixture.h"
 #include "megaqwen/cuda/cuda_engine.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/util/error.h"
@@ -237,44 +239,83 @@ TEST_F(CudaEngineTest, GreedyContinuationsIdentical) {
 }
 
 // Logprobs through Generator (the server's logprobs / echo): the CUDA engine's prompt scores (a
-// chunked prefill_all_logits) and generated-token scores (host logits at every step) against
-// log_softmax of the CPU engine's logits. log_softmax moves by at most 2 max|d logits|, so the bound
-// is twice the logit tolerance times the row's scale. Asking for logprobs changes no greedy token.
+// chunked prefill_all_logits) and generated-token scores (scored on the device where they are drawn:
+// the per-operator sampler's reduction, or the megakernel's LM head) against log_softmax of the CPU
+// engine's logits. log_softmax moves by at most 2 max|d logits|, so the bound is twice the logit
+// tolerance times the row's scale. Asking for logprobs changes no greedy token, and keeps the
+// megakernel's runs (where it is in use) instead of decoding per operator.
 TEST_F(CudaEngineTest, GeneratorLogprobsMatchCpu) {
   GenerationRequest req;
   req.prompt = random_ids(40, 11);
   req.max_tokens = 24;
   req.sampling.temperature = 0;
-  cuda::CudaEngine gpu(model_, {.context = 256, .decode_kernel = cuda::DecodeKernel::PerOp});
-  Generator g(gpu);
-  const GenerationResult plain = g.run(req);  // device sampling
-  req.logprobs = 4;
-  req.prompt_logprobs = true;
-  const GenerationResult scored = g.run(req);
-  EXPECT_EQ(scored.tokens, plain.tokens);
-  ASSERT_EQ(scored.prompt_logprobs.size(), req.prompt.size() - 1);
-  ASSERT_EQ(scored.logprobs.size(), scored.tokens.size());
-
-  std::vector<int32_t> sequence = req.prompt;
-  sequence.insert(sequence.end(), scored.tokens.begin(), scored.tokens.end());
   CpuEngine cpu(model_, {.context = 256, .threads = 0});
-  std::vector<float> want;
-  cpu.prefill_all_logits(sequence, want);
-  std::vector<TokenLogprob> all = scored.prompt_logprobs;
-  all.insert(all.end(), scored.logprobs.begin(), scored.logprobs.end());
-  double worst = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    const std::span<const float> r = row(want, i, V());
-    float scale = 0;
-    for (float x : r) scale = std::max(scale, std::abs(x));
-    const TokenLogprob cpu_lp = token_logprob(r, sequence[i + 1], 0);
-    ASSERT_EQ(all[i].token, sequence[i + 1]);
-    const double err = std::abs(double(all[i].logprob) - double(cpu_lp.logprob));
-    EXPECT_LE(err, 2 * kGpuLogitTolerance * scale) << "position " << i;
-    worst = std::max(worst, err);
-    ASSERT_EQ(all[i].top.size(), 4u);
+  for (cuda::DecodeKernel kernel : {cuda::DecodeKernel::PerOp, cuda::DecodeKernel::Auto}) {
+    cuda::CudaEngine gpu(model_, {.context = 256, .decode_kernel = kernel});
+    const std::string what = gpu.decode_kernel_note();
+    Generator g(gpu);
+    req.logprobs.reset();
+    req.prompt_logprobs = false;
+    const GenerationResult plain = g.run(req);  // device sampling
+    req.logprobs = 4;
+    req.prompt_logprobs = true;
+    const uint64_t launches = gpu.megakernel() ? gpu.megakernel()->launches() : 0;
+    const GenerationResult scored = g.run(req);
+    if (gpu.megakernel()) EXPECT_GT(gpu.megakernel()->launches(), launches) << "logprobs left the megakernel";
+    EXPECT_EQ(scored.tokens, plain.tokens) << what;
+    ASSERT_EQ(scored.prompt_logprobs.size(), req.prompt.size() - 1);
+    ASSERT_EQ(scored.logprobs.size(), scored.tokens.size());
+
+    std::vector<int32_t> sequence = req.prompt;
+    sequence.insert(sequence.end(), scored.tokens.begin(), scored.tokens.end());
+    std::vector<float> want;
+    cpu.truncate(0);
+    cpu.prefill_all_logits(sequence, want);
+    std::vector<TokenLogprob> all = scored.prompt_logprobs;
+    all.insert(all.end(), scored.logprobs.begin(), scored.logprobs.end());
+    double worst = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::span<const float> r = row(want, i, V());
+      float scale = 0;
+      for (float x : r) scale = std::max(scale, std::abs(x));
+      const TokenLogprob cpu_lp = token_logprob(r, sequence[i + 1], 0);
+      ASSERT_EQ(all[i].token, sequence[i + 1]);
+      const double err = std::abs(double(all[i].logprob) - double(cpu_lp.logprob));
+      EXPECT_LE(err, 2 * kGpuLogitTolerance * scale) << what << ", position " << i;
+      worst = std::max(worst, err);
+      ASSERT_EQ(all[i].top.size(), 4u);
+      // The greedy token is the most likely one: first among the alternatives.
+      if (i + 1 >= req.prompt.size()) EXPECT_EQ(all[i].top[0].token, all[i].token) << what << ", position " << i;
+    }
+    RecordProperty(gpu.megakernel() ? "worst_abs_logprob_error_megakernel" : "worst_abs_logprob_error_per_op",
+                   std::to_string(worst));
   }
-  RecordProperty("worst_abs_logprob_error", std::to_string(worst));
+}
+
+// sample_on_device with logprobs scores the drawn token from the device logits, as token_logprob
+// does on the same logits copied to the host (both engines' DeviceSampler).
+TEST_F(CudaEngineTest, SampleOnDeviceScoresTheDrawnToken) {
+  cuda::CudaEngine gpu(model_, {.context = 64});
+  const auto prompt = random_ids(9, 4);
+  const auto out = gpu.prefill(prompt);
+  const std::vector<float> host(out.begin(), out.end());
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (int top : {0, 3, kMaxTopLogprobs}) {
+    const std::optional<DeviceDraw> d = gpu.sample_on_device(greedy, prompt, top);
+    ASSERT_TRUE(d && d->logprob);
+    EXPECT_EQ(d->token, argmax(host));
+    const TokenLogprob want = token_logprob(host, d->token, top);
+    EXPECT_EQ(d->logprob->token, d->token);
+    EXPECT_NEAR(d->logprob->logprob, want.logprob, 1e-5);
+    ASSERT_EQ(d->logprob->top.size(), want.top.size());
+    for (size_t i = 0; i < want.top.size(); ++i) {
+      EXPECT_EQ(d->logprob->top[i].token, want.top[i].token) << "top " << top << " rank " << i;
+      EXPECT_NEAR(d->logprob->top[i].logprob, want.top[i].logprob, 1e-5);
+    }
+  }
+  EXPECT_FALSE(gpu.sample_on_device(greedy, prompt, kNoLogprobs)->logprob.has_value());
+  EXPECT_THROW(gpu.sample_on_device(greedy, prompt, kMaxTopLogprobs + 1), Error);
 }
 
 // Device sampling with filters: valid ids, deterministic for a seed, and it follows the seed.
@@ -308,11 +349,11 @@ TEST_F(CudaEngineTest, DeviceSamplingDeclinesTopKAboveItsCandidates) {
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_k = cuda::kSampleCandidates + 1;
-  EXPECT_FALSE(gpu.sample_on_device(p, {}).has_value());
+  EXPECT_FALSE(test::device_token(gpu, p, {}).has_value());
   p.top_k = cuda::kSampleCandidates;
-  EXPECT_TRUE(gpu.sample_on_device(p, {}).has_value());
+  EXPECT_TRUE(test::device_token(gpu, p, {}).has_value());
   p.top_k = 0;  // off: plain sampling
-  EXPECT_TRUE(gpu.sample_on_device(p, {}).has_value());
+  EXPECT_TRUE(test::device_token(gpu, p, {}).has_value());
   Generator gen(gpu);
   GenerationRequest req;
   req.prompt = random_ids(5, 11);

@@ -255,13 +255,13 @@ TEST_P(CudaHybridEngineTest, SamplesOnTheDevice) {
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   ASSERT_TRUE(greedy.greedy());
-  EXPECT_EQ(gpu.sample_on_device(greedy, ids), test::argmax(host));
+  EXPECT_EQ(test::device_token(gpu, greedy, ids), test::argmax(host));
   SamplingParams sampled;
   sampled.temperature = 0.8f;
   sampled.top_k = 40;
   sampled.top_p = 0.9f;
   sampled.seed = 11;
-  const auto a = gpu.sample_on_device(sampled, ids), b = gpu.sample_on_device(sampled, ids);
+  const auto a = test::device_token(gpu, sampled, ids), b = test::device_token(gpu, sampled, ids);
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a, b);
   EXPECT_TRUE(*a >= 0 && *a < V());

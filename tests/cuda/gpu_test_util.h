@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -14,10 +15,18 @@
 #include "megaqwen/cuda/cublas_gemm.h"
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/engine/engine.h"
 #include "megaqwen/model/qwen3_weights.h"
 #include "megaqwen/util/bf16.h"
 
 namespace megaqwen::test {
+
+// The token an engine draws on its device (Engine::sample_on_device without logprobs), if it does.
+inline std::optional<int32_t> device_token(Engine& engine, const SamplingParams& params,
+                                           std::span<const int32_t> history) {
+  const std::optional<DeviceDraw> d = engine.sample_on_device(params, history, kNoLogprobs);
+  return d ? std::optional<int32_t>(d->token) : std::nullopt;
+}
 
 // Skips the current test unless a usable CUDA device is present. Use as the first statement.
 #define MQ_REQUIRE_GPU()                                                          \

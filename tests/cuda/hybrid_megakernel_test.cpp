@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include "engine/hf_fixture.h"
 #include "megakernel/select_test_args.h"
 #include "megaqwen/cuda/cuda_hybrid_engine.h"
+#include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/engine/cpu_qwen35_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/util/error.h"
@@ -183,7 +185,7 @@ TEST_P(HybridMegakernel, SampledRunsAgreeWithPerOpDeviceSampling) {
     for (size_t i = 0; i < run.tokens.size(); ++i) {
       perop.decode_only(i == 0 ? 500 : run.tokens[i - 1]);
       if (i > 0) history.push_back(run.tokens[i - 1]);
-      same += perop.sample_on_device(s, history) == run.tokens[i];
+      same += test::device_token(perop, s, history) == run.tokens[i];
     }
     EXPECT_GE(same, 30) << "T " << s.temperature << " k " << s.top_k << " p " << s.top_p << " min_p " << s.min_p;
   }
@@ -220,6 +222,42 @@ TEST_P(HybridMegakernel, GeneratorRunsOnTheKernelAndCancels) {
   EXPECT_EQ(mk.position(), int(prompt.size()) + 4);
   const auto d = gm.run(req);
   EXPECT_EQ(d.tokens, a.tokens);
+}
+
+// Logprob requests stay on the kernel (its LM head scores each draw): the same greedy tokens as
+// without them, each scored as the per-operator path's logits of the same step score it, within the
+// two paths' logit bound (log_softmax moves by at most twice the largest logit change).
+TEST_P(HybridMegakernel, GeneratorScoresOnTheKernel) {
+  const auto prompt = prompt_ids(int(V()), 16, 15);
+  auto mk = megakernel(256);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_tokens = test::kEmulatedDevice ? 8 : 32;
+  req.sampling = greedy_params();
+  Generator gm(mk);
+  const auto plain = gm.run(req);
+  gm.reset();
+  req.logprobs = 3;
+  const uint64_t launches = mk.megakernel()->launches();
+  const auto scored = gm.run(req);
+  EXPECT_GT(mk.megakernel()->launches(), launches) << "logprobs left the megakernel";
+  EXPECT_EQ(scored.tokens, plain.tokens);
+  ASSERT_EQ(scored.logprobs.size(), scored.tokens.size());
+  auto perop = per_op(256);
+  auto logits = perop.prefill(prompt);
+  for (size_t i = 0; i < scored.tokens.size(); ++i) {
+    if (i > 0) logits = perop.decode(scored.tokens[i - 1]);
+    float scale = 0;
+    for (float x : logits) scale = std::max(scale, std::abs(x));
+    const TokenLogprob want = token_logprob(logits, scored.tokens[i], 3);
+    const TokenLogprob& got = scored.logprobs[i];
+    EXPECT_EQ(got.token, scored.tokens[i]);
+    EXPECT_LE(std::abs(double(got.logprob) - want.logprob), 2 * kGpuSelfTolerance * scale) << "step " << i;
+    ASSERT_EQ(got.top.size(), 3u);
+    EXPECT_EQ(got.top[0].token, got.token) << "step " << i << ": greedy draws the most likely token";
+    EXPECT_GE(got.top[0].logprob, got.top[1].logprob);
+    EXPECT_GE(got.top[1].logprob, got.top[2].logprob);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, HybridMegakernel, ::testing::Values("tiny-hybrid", "tiny-hybrid-gqa"),

@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -447,7 +448,7 @@ TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {
   for (size_t i = 0; i < run.tokens.size(); ++i) {
     perop.decode_only(i == 0 ? 500 : run.tokens[i - 1]);
     history.resize(prompt.size() + i);  // the key is the history length, as in Generator
-    same += perop.sample_on_device(s, history) == run.tokens[i];
+    same += test::device_token(perop, s, history) == run.tokens[i];
   }
   EXPECT_GE(same, 30) << "draws keyed alike from nearly equal logits should agree";
 }
@@ -480,7 +481,7 @@ TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
     for (size_t i = 0; i < run.tokens.size(); ++i) {
       perop.decode_only(i == 0 ? 500 : run.tokens[i - 1]);
       if (i > 0) history.push_back(run.tokens[i - 1]);
-      same += perop.sample_on_device(s, history) == run.tokens[i];
+      same += test::device_token(perop, s, history) == run.tokens[i];
     }
     EXPECT_GE(same, 30) << "T " << s.temperature << " k " << s.top_k << " p " << s.top_p << " min_p " << s.min_p
                         << " penalties " << s.repetition_penalty << "/" << s.presence_penalty << "/"
@@ -491,7 +492,48 @@ TEST_F(MegakernelTiny, FilteredAndPenalizedRunsAgreeWithPerOpDeviceSampling) {
   wide.temperature = 0.7f;
   wide.top_k = cuda::mk::kMaxTopK + 1;
   EXPECT_NE(mk.megakernel_unsupported_reason(wide), "");
-  EXPECT_FALSE(mk.generate_on_device(1, 4, {}, wide, prompt, [](int32_t) { return true; }).has_value());
+  EXPECT_FALSE(mk.generate_on_device(1, 4, {}, wide, prompt, kNoLogprobs, [](const DeviceDraw&) { return true; }).has_value());
+}
+
+// Log-probabilities in the kernel (logprob.cuh in the LM head stage) equal the host's token_logprob
+// on the same step's raw logits (logits_out): the drawn token's and the best alternatives, in every
+// selection mode (argmax, Gumbel, filtered, nucleus: each hands the drawn id to the scoring its own
+// way), with the draws unchanged by asking. 1e-5: the device's float sums against the host's double.
+TEST_F(MegakernelTiny, LogprobsMatchTheStepLogitsInEverySelectionMode) {
+  const auto prompt = random_ids(12, 21);
+  const SamplingParams cases[] = {greedy_params(),
+                                  sampling_params(0.9f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 5),     // Gumbel
+                                  sampling_params(0.6f, 20, 0.95f, 0.0f, 1.1f, 0.0f, 0.0f, 5),   // filtered
+                                  sampling_params(0.7f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 5)};    // nucleus
+  cuda::CudaEngine mk(model_, mk_options(256));
+  const int n = kEmulatedDevice ? 6 : 24;
+  const std::vector<int> tops = kEmulatedDevice ? std::vector<int>{0, kMaxTopLogprobs} : std::vector<int>{0, 5, kMaxTopLogprobs};
+  for (const SamplingParams& s : cases) {
+    for (int top : tops) {
+      mk.truncate(0);
+      mk.prefill(prompt);
+      const MkRun plain = run_megakernel(mk, 500, n, s, prompt);
+      mk.truncate(0);
+      mk.prefill(prompt);
+      const MkRun run = run_megakernel(mk, 500, n, s, prompt, top);
+      const std::string what = "T " + std::to_string(s.temperature) + " k " + std::to_string(s.top_k) + " p " +
+                               std::to_string(s.top_p) + " top " + std::to_string(top);
+      EXPECT_EQ(run.tokens, plain.tokens) << what;
+      ASSERT_EQ(run.scored.size(), run.tokens.size()) << what;
+      for (size_t i = 0; i < run.tokens.size(); ++i) {
+        const TokenLogprob want = token_logprob(test::logit_row(run.logits, i, V()), run.tokens[i], top);
+        const TokenLogprob& got = run.scored[i];
+        EXPECT_EQ(got.token, run.tokens[i]);
+        EXPECT_NEAR(got.logprob, want.logprob, 1e-5) << what << " step " << i;
+        ASSERT_EQ(got.top.size(), want.top.size()) << what << " step " << i;
+        for (size_t k = 0; k < want.top.size(); ++k) {
+          EXPECT_EQ(got.top[k].token, want.top[k].token) << what << " step " << i << " rank " << k;
+          EXPECT_NEAR(got.top[k].logprob, want.top[k].logprob, 1e-5) << what << " step " << i << " rank " << k;
+        }
+      }
+    }
+  }
+  EXPECT_NE(mk.megakernel()->logprob_unsupported_reason(kMaxTopLogprobs + 1), "");
 }
 
 // Generator with Qwen3's sampling defaults (temperature 0.6, top-k 20, top-p 0.95) and a repetition
@@ -668,7 +710,7 @@ TEST_P(MegakernelSizes, MatchesPerOp) {
   for (size_t i = 0; i < sampled.tokens.size(); ++i) {
     perop.decode_only(i == 0 ? first : sampled.tokens[i - 1]);
     if (i > 0) history.push_back(sampled.tokens[i - 1]);
-    same += perop.sample_on_device(s, history) == sampled.tokens[i];
+    same += test::device_token(perop, s, history) == sampled.tokens[i];
   }
   EXPECT_GE(same, 14);
   std::printf("%s: worst logit error vs per-op %.3g (64 steps), deep %.3g, sampled draws agreeing %d/16\n", GetParam(),

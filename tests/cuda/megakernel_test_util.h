@@ -39,22 +39,25 @@ inline SamplingParams greedy_params() {
 
 struct MkRun {
   std::vector<int32_t> tokens;
-  std::vector<float> logits;  // [n, V]
+  std::vector<float> logits;          // [n, V]
+  std::vector<TokenLogprob> scored;   // with logprobs: each draw's, from the kernel
 };
 
 // Runs the megakernel for n draws after feeding `first` (engine.megakernel_generate), returning the
-// drawn tokens and every step's logits.
+// drawn tokens, every step's logits and, with logprobs >= 0, each draw's log-probabilities.
 template <class E>
 MkRun run_megakernel(E& gpu, int32_t first, int n, const SamplingParams& params = greedy_params(),
-                     const std::vector<int32_t>& history = {}) {
+                     const std::vector<int32_t>& history = {}, int logprobs = kNoLogprobs) {
   const size_t V = size_t(gpu.config().vocab_size);
   auto logits = poisoned_f32(size_t(n) * V);
   // The poison is a cudaMemset on the legacy stream, which the engine's non-blocking stream does not
   // wait for: let it land before the kernel writes the logits.
   CUDA_CHECK(cudaDeviceSynchronize());
   MkRun r;
-  const int drawn = gpu.megakernel_generate(first, n, {}, params, history, [&](int32_t id) {
-    r.tokens.push_back(id);
+  const int drawn = gpu.megakernel_generate(first, n, {}, params, history, logprobs, [&](const DeviceDraw& d) {
+    r.tokens.push_back(d.token);
+    EXPECT_EQ(d.logprob.has_value(), logprobs >= 0);
+    if (d.logprob) r.scored.push_back(*d.logprob);
     return true;
   }, logits.data());
   EXPECT_EQ(drawn, n);

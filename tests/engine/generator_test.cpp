@@ -59,13 +59,14 @@ class ScriptedEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override { return 0; }
 
   // With device_runs set: whole runs of greedy steps in one call, as the CUDA megakernel serves them
-  // (Engine::generate_on_device's contract: one append per draw, the last draw never appended).
-  bool device_runs = false;
+  // (Engine::generate_on_device's contract: one append per draw, the last draw never appended); with
+  // device_logprobs also for logprob requests, each draw scored (from the scripted logits).
+  bool device_runs = false, device_logprobs = false;
   int device_calls = 0;
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                        const SamplingParams& params, std::span<const int32_t>,
-                                        const std::function<bool(int32_t)>& on_token) override {
-    if (!device_runs || !params.greedy()) return std::nullopt;
+                                        const SamplingParams& params, std::span<const int32_t>, int logprobs,
+                                        const DrawSink& on_draw) override {
+    if (!device_runs || !params.greedy() || (logprobs >= 0 && !device_logprobs)) return std::nullopt;
     ++device_calls;
     if (max_tokens < 1 || position_ + max_tokens > context_) fail("run of {} past the context", max_tokens);
     int drawn = 0;
@@ -73,7 +74,9 @@ class ScriptedEngine final : public Engine {
       ++position_;  // `token` appended
       const int32_t next = next_[size_t(token)];
       ++drawn;
-      if (!on_token(next) || drawn == max_tokens || std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end()) break;
+      DeviceDraw draw{next, std::nullopt};
+      if (logprobs >= 0) draw.logprob = token_logprob(point_at(next), next, logprobs);
+      if (!on_draw(draw) || drawn == max_tokens || std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end()) break;
       token = next;
     }
     return drawn;
@@ -242,9 +245,8 @@ double scripted_logprob(int vocab, bool predicted) {
   return (predicted ? 10.0 : 0.0) - log_z;
 }
 
-TEST(Generator, LogprobsOfEveryGeneratedTokenFromHostLogits) {
-  ScriptedEngine engine(100, 64);
-  engine.device_runs = true;  // logprobs keep every step on the host anyway
+// Runs Generator with logprobs on the scripted engine: 7 3 4 5 from prompt {5, 6}, each scored.
+void expect_scored_run(ScriptedEngine& engine) {
   engine.next_[7] = 3;
   Generator g(engine);
   auto req = greedy({5, 6}, 4);
@@ -268,15 +270,40 @@ TEST(Generator, LogprobsOfEveryGeneratedTokenFromHostLogits) {
     EXPECT_NEAR(r.logprobs[i].top[1].logprob, scripted_logprob(100, false), 1e-6);
   }
   EXPECT_TRUE(r.prompt_logprobs.empty());
-  EXPECT_EQ(engine.device_calls, 0);
   EXPECT_EQ(events, (std::vector<std::string>{"logprob 7", "token 7", "logprob 3", "token 3", "logprob 4", "token 4",
                                               "logprob 5", "token 5"}));
+}
+
+TEST(Generator, LogprobsOfEveryGeneratedTokenFromHostLogits) {
+  ScriptedEngine engine(100, 64);
+  engine.device_runs = true;  // but it cannot score there: every step comes to the host
+  expect_scored_run(engine);
+  EXPECT_EQ(engine.device_calls, 0);
+  EXPECT_EQ(engine.decodes, 3);
+}
+
+// An engine that scores where it draws keeps logprob requests on its device runs.
+TEST(Generator, LogprobsFromTheDeviceKeepRunsOnTheDevice) {
+  ScriptedEngine engine(100, 64);
+  engine.device_runs = engine.device_logprobs = true;
+  expect_scored_run(engine);
+  EXPECT_EQ(engine.device_calls, 1);
+  EXPECT_EQ(engine.decodes, 0);
+}
+
+TEST(Generator, LogprobsEndAtEosAndRefuseBadCounts) {
+  ScriptedEngine engine(100, 64);
+  engine.next_[7] = 3;
+  Generator g(engine);
+  auto req = greedy({5, 6}, 4);
+  req.logprobs = 3;
+  req.eos_ids = {8};
 
   // An eos ends the run without a logprob entry, as it has no place in `tokens`.
   req.max_tokens = 10;
   req.prompt = {6};
   engine.next_[5] = 8;
-  r = g.run(req);
+  const GenerationResult r = g.run(req);
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{7, 3, 4, 5}));
   EXPECT_EQ(r.logprobs.size(), 4u);
   EXPECT_EQ(r.finish, FinishReason::Eos);

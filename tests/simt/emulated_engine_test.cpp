@@ -126,8 +126,8 @@ TEST_F(EmulatedDeviceTest, TheMegakernelOnTheH200GridMatchesThePerOperatorPath) 
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<int32_t> tokens;
-  const int drawn = mk.megakernel_generate(77, n, {}, greedy, {}, [&](int32_t id) {
-    tokens.push_back(id);
+  const int drawn = mk.megakernel_generate(77, n, {}, greedy, {}, kNoLogprobs, [&](const DeviceDraw& d) {
+    tokens.push_back(d.token);
     return true;
   }, logits.data());
   ASSERT_EQ(drawn, n);

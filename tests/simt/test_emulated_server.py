@@ -4,7 +4,7 @@ tokenizer. Plain HTTP (no client library): a greedy chat reply equals the CPU se
 token; OpenAI-style sampling (temperature with top_p only: the megakernel's nucleus draw) streams
 and is reproducible for a seed; a top_k wider than the kernel's selection is served by the
 per-operator path; a request over the context is refused with the OpenAI error body, and the device
-server keeps serving."""
+server keeps serving; chat logprobs scored in the kernel match the CPU server's."""
 import http.client
 import json
 import os
@@ -122,3 +122,25 @@ def test_a_prompt_over_the_context_is_refused_and_the_server_goes_on(servers):
     assert reply["error"]["code"] == "context_length_exceeded"
     status, _ = post(gpu, {"model": "tiny", "messages": USER, "max_tokens": 1, "temperature": 0})
     assert status == 200
+
+
+def test_logprobs_are_scored_on_the_kernel_as_the_cpu_scores_them(servers):
+    """Chat logprobs on the device server come from the megakernel's LM head (the request keeps its
+    kernel path); they equal the CPU server's within the two engines' logit tolerance: the GPU tests
+    bound logits at 2e-2 of a row's largest magnitude (bf16 KV cache), log_softmax moves by at most
+    twice that, and this model's logits stay below ~12.5 in magnitude (`megaqwen logits`): 0.5."""
+    cpu, gpu = servers
+    body = {"model": "tiny", "messages": USER, "max_tokens": 6, "temperature": 0, "logprobs": True,
+            "top_logprobs": 3}
+    s_cpu, r_cpu = post(cpu, body)
+    s_gpu, r_gpu = post(gpu, body)
+    assert (s_cpu, s_gpu) == (200, 200), (r_cpu, r_gpu)
+    want = r_cpu["choices"][0]["logprobs"]["content"]
+    got = r_gpu["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in got] == [e["token"] for e in want]
+    for g, w in zip(got, want):
+        assert abs(g["logprob"] - w["logprob"]) <= 0.5, (g, w)
+        assert len(g["top_logprobs"]) == 3
+        assert g["top_logprobs"][0]["token"] == g["token"]  # greedy: the most likely token
+        for a, b in zip(g["top_logprobs"], w["top_logprobs"]):
+            assert abs(a["logprob"] - b["logprob"]) <= 0.5, (a, b)

@@ -260,8 +260,9 @@ uint64_t CudaEngine::kv_bytes_per_token() const {
   return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * 2;  // bf16
 }
 
-std::optional<int32_t> CudaEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {
-  return sampler_.sample(logits_.data(), params, history);
+std::optional<DeviceDraw> CudaEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
+                                                       int logprobs) {
+  return sampler_.sample(logits_.data(), params, history, logprobs);
 }
 
 // Whole runs of decode steps in the megakernel, drawing as sample_on_device would from the same
@@ -272,18 +273,18 @@ std::string CudaEngine::megakernel_unsupported_reason(const SamplingParams& para
 
 std::optional<int> CudaEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                                   const SamplingParams& params, std::span<const int32_t> history,
-                                                  const std::function<bool(int32_t)>& on_token) {
-  if (!decoder_.serves(params, eos_ids)) return std::nullopt;
-  return megakernel_generate(token, max_tokens, eos_ids, params, history, on_token, nullptr);
+                                                  int logprobs, const DrawSink& on_draw) {
+  if (!decoder_.serves(params, eos_ids, logprobs)) return std::nullopt;
+  return megakernel_generate(token, max_tokens, eos_ids, params, history, logprobs, on_draw, nullptr);
 }
 
 int CudaEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                     const SamplingParams& params, std::span<const int32_t> history,
-                                    const std::function<bool(int32_t)>& on_token, float* logits_out) {
+                                    int logprobs, const DrawSink& on_draw, float* logits_out) {
   check_new_tokens(std::span<const int32_t>(&token, 1));
   max_tokens = std::min(max_tokens, context_ - position_);  // every drawn token but the last is appended
   // Each delivered token stands for one appended token (also when on_token throws): position_ follows.
-  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, on_token, logits_out,
+  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, logprobs, on_draw, logits_out,
                            [this](int32_t) { ++position_; });
 }
 

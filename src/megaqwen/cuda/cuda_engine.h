@@ -9,7 +9,8 @@
 // split-KV attention (flash-decoding) and the LM head, captured once as a CUDA graph that reads the
 // token and its position from device memory, so one graph serves every step.
 // The KV cache is bf16 [layer, position, kv_head, D], sized from the requested context.
-// Sampling runs on the device (sample_on_device): only the token id is copied back.
+// Sampling runs on the device (sample_on_device): only the token id (and, when asked for, its
+// log-probabilities) is copied back.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,21 +64,22 @@ class CudaEngine final : public Engine {
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
 
-  std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
+  std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
+                                             int logprobs) override;
   void decode_only(int32_t token) override;
   // The megakernel path (when chosen): greedy, temperature sampling (Gumbel-max), top-k up to
   // mk::kMaxTopK with top-p / min-p, top-p / min-p without a top-k, and the penalties with any of
   // them. A top_k above mk::kMaxTopK (below the vocabulary) returns nullopt: the per-operator path
   // serves it.
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                        const SamplingParams& params, std::span<const int32_t> history,
-                                        const std::function<bool(int32_t)>& on_token) override;
+                                        const SamplingParams& params, std::span<const int32_t> history, int logprobs,
+                                        const DrawSink& on_draw) override;
   // Why generate_on_device would return nullopt for these params (empty: it would run them).
   std::string megakernel_unsupported_reason(const SamplingParams& params) const;
   // As generate_on_device, for tests: also writes each step's raw logits to device memory
   // logits_out [max_tokens, V] (null: not written); fails if the megakernel is not in use.
   int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
-                          std::span<const int32_t> history, const std::function<bool(int32_t)>& on_token,
+                          std::span<const int32_t> history, int logprobs, const DrawSink& on_draw,
                           float* logits_out);
   bool uses_megakernel() const { return decoder_.active(); }
   const std::string& decode_kernel_note() const { return decoder_.note(); }  // what decodes, or why not the megakernel

@@ -381,27 +381,27 @@ std::string CudaHybridEngine::megakernel_unsupported_reason(const SamplingParams
 
 std::optional<int> CudaHybridEngine::generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                                         const SamplingParams& params, std::span<const int32_t> history,
-                                                        const std::function<bool(int32_t)>& on_token) {
-  if (!decoder_.serves(params, eos_ids)) return std::nullopt;
-  return megakernel_generate(token, max_tokens, eos_ids, params, history, on_token, nullptr);
+                                                        int logprobs, const DrawSink& on_draw) {
+  if (!decoder_.serves(params, eos_ids, logprobs)) return std::nullopt;
+  return megakernel_generate(token, max_tokens, eos_ids, params, history, logprobs, on_draw, nullptr);
 }
 
 int CudaHybridEngine::megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                           const SamplingParams& params, std::span<const int32_t> history,
-                                          const std::function<bool(int32_t)>& on_token, float* logits_out) {
+                                          int logprobs, const DrawSink& on_draw, float* logits_out) {
   check_new_tokens(std::span<const int32_t>(&token, 1));
   max_tokens = std::min(max_tokens, context_ - position_);  // every drawn token but the last is appended
   // Each appended token is recorded, as run_decode_step does, so truncate() can replay it.
-  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, on_token, logits_out,
+  return decoder_.generate(position_, token, max_tokens, eos_ids, params, history, logprobs, on_draw, logits_out,
                            [this](int32_t fed) {
                              rollback_.record(position_, std::span<const int32_t>(&fed, 1));
                              ++position_;
                            });
 }
 
-std::optional<int32_t> CudaHybridEngine::sample_on_device(const SamplingParams& params,
-                                                          std::span<const int32_t> history) {
-  return sampler_.sample(logits_.data(), params, history);
+std::optional<DeviceDraw> CudaHybridEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
+                                                             int logprobs) {
+  return sampler_.sample(logits_.data(), params, history, logprobs);
 }
 
 // --- Rolling back: device snapshots of the DeltaNet states and replay (recurrent_rollback.h) ---------

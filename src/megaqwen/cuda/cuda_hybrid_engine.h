@@ -58,20 +58,22 @@ class CudaHybridEngine final : public Engine {
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.bytes() + conv_state_.bytes()); }
-  std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) override;
+  std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
+                                             int logprobs) override;
   void decode_only(int32_t token) override;
   // The megakernel path, as CudaEngine's: generate_on_device runs whole stretches of decode steps in
   // it (nullopt where it does not apply), megakernel_generate also writes each step's raw logits to
   // device memory logits_out [max_tokens, V] (tests). Every appended token is recorded for truncate().
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                        const SamplingParams& params, std::span<const int32_t> history,
-                                        const std::function<bool(int32_t)>& on_token) override;
+                                        const SamplingParams& params, std::span<const int32_t> history, int logprobs,
+                                        const DrawSink& on_draw) override;
   std::string megakernel_unsupported_reason(const SamplingParams& params) const;
   int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
-                          std::span<const int32_t> history, const std::function<bool(int32_t)>& on_token,
+                          std::span<const int32_t> history, int logprobs, const DrawSink& on_draw,
                           float* logits_out);
   bool uses_megakernel() const { return decoder_.active(); }
   const std::string& decode_kernel_note() const { return decoder_.note(); }
+  const mk::Megakernel* megakernel() const { return decoder_.megakernel(); }
 
   std::vector<int> snapshot_positions() const { return rollback_.snapshot_positions(); }
   int64_t replayed_tokens() const { return rollback_.replayed_tokens(); }

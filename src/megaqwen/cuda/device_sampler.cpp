@@ -4,6 +4,8 @@
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/cuda/megakernel/megakernel.h"
+#include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda {
 
@@ -38,10 +40,13 @@ void DeviceSampler::update_penalty_counts(std::span<const int32_t> history) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // `fresh` is pageable and goes away
 }
 
-std::optional<int32_t> DeviceSampler::sample(const float* logits, const SamplingParams& params,
-                                             std::span<const int32_t> history) {
+std::optional<DeviceDraw> DeviceSampler::sample(const float* logits, const SamplingParams& params,
+                                                std::span<const int32_t> history, int logprobs) {
   params.validate();
   const int V = vocab_;
+  if (logprobs > kMaxTopLogprobs) fail("logprobs asks for {} alternatives; 0 .. {} are possible", logprobs, kMaxTopLogprobs);
+  const int lp_blocks = mk::token_logprob_blocks(V), lp_cap = mk::kThreads * mk::kSelPerThread;
+  if (logprobs >= 0 && ((V + lp_blocks - 1) / lp_blocks > lp_cap || lp_blocks * logprobs > lp_cap)) return std::nullopt;
   LogitTransform t;
   t.seed = params.seed;
   t.step = history.size();
@@ -71,9 +76,42 @@ std::optional<int32_t> DeviceSampler::sample(const float* logits, const Sampling
     sample_filtered(logits, V, t, {params.top_k, params.top_p, params.min_p}, scratch_.data(), sampled_.data(),
                     stream_);
   }
+  if (logprobs >= 0) score(logits, logprobs, lp_blocks);
   CUDA_CHECK(cudaMemcpyAsync(host_token_.data(), sampled_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return host_token_.data()[0];
+  DeviceDraw draw{host_token_.data()[0], std::nullopt};
+  if (logprobs >= 0) {
+    const mk::LogprobRecord& r = host_record_.data()[0];
+    TokenLogprob scored{draw.token, r.logprob, {}};
+    for (int i = 0; i < std::clamp(r.n, 0, mk::kMaxLogprobTop); ++i) scored.top.push_back({r.ids[i], r.logprobs[i]});
+    draw.logprob = std::move(scored);
+  }
+  return draw;
+}
+
+// Enqueues the log-probabilities of the token in sampled_ (its record lands in host_record_).
+void DeviceSampler::score(const float* logits, int top, int blocks) {
+  if (lp_record_.size() == 0) {
+    lp_lse_.resize(2 * size_t(mk::kMaxLogprobBlocks));
+    lp_cand_v_.resize(size_t(mk::kMaxLogprobBlocks) * mk::kMaxLogprobTop);
+    lp_cand_i_.resize(size_t(mk::kMaxLogprobBlocks) * mk::kMaxLogprobTop);
+    lp_cand_n_.resize(size_t(mk::kMaxLogprobBlocks));
+    lp_ticket_.resize(1);
+    lp_record_.resize(1);
+    host_record_ = PinnedBuffer<mk::LogprobRecord>(1);
+  }
+  CUDA_CHECK(cudaMemsetAsync(lp_ticket_.data(), 0, lp_ticket_.bytes(), stream_));
+  mk::LogprobArgs a;
+  a.logits = logits;
+  a.V = vocab_;
+  a.token = sampled_.data();
+  a.top = top;
+  a.parts = {lp_lse_.data(), lp_cand_v_.data(), lp_cand_i_.data(), lp_cand_n_.data()};
+  a.ticket = lp_ticket_.data();
+  a.out = lp_record_.data();
+  mk::launch_token_logprobs(a, blocks, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(host_record_.data(), lp_record_.data(), sizeof(mk::LogprobRecord), cudaMemcpyDeviceToHost,
+                             stream_));
 }
 
 }  // namespace megaqwen::cuda

@@ -53,30 +53,32 @@ std::string MegakernelDecoder::device_suffix() const {
   return s;
 }
 
-std::string MegakernelDecoder::unsupported_reason(const SamplingParams& params) const {
+std::string MegakernelDecoder::unsupported_reason(const SamplingParams& params, int logprobs) const {
   if (!megakernel_) return note_;
-  return megakernel_->sampling_unsupported_reason(params);
+  if (std::string why = megakernel_->sampling_unsupported_reason(params); !why.empty()) return why;
+  return logprobs >= 0 ? megakernel_->logprob_unsupported_reason(logprobs) : std::string();
 }
 
-bool MegakernelDecoder::serves(const SamplingParams& params, std::span<const int32_t> eos_ids) const {
-  return megakernel_ && unsupported_reason(params).empty() && eos_ids.size() <= size_t(mk::kMaxEos);
+bool MegakernelDecoder::serves(const SamplingParams& params, std::span<const int32_t> eos_ids, int logprobs) const {
+  return megakernel_ && unsupported_reason(params, logprobs).empty() && eos_ids.size() <= size_t(mk::kMaxEos);
 }
 
 int MegakernelDecoder::generate(int position, int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-                                const SamplingParams& params, std::span<const int32_t> history,
-                                const std::function<bool(int32_t)>& on_token, float* logits_out,
+                                const SamplingParams& params, std::span<const int32_t> history, int logprobs,
+                                const DrawSink& on_draw, float* logits_out,
                                 const std::function<void(int32_t)>& appended) {
   if (!megakernel_) fail("the megakernel is not in use: {}", note_);
   if (max_tokens < 1) return 0;
-  if (const std::string why = unsupported_reason(params); !why.empty())
+  if (const std::string why = unsupported_reason(params, logprobs); !why.empty())
     fail("the megakernel cannot sample with these parameters: {}", why);
   mk::RunRequest req = mk::Megakernel::request_for(params, vocab_, token, max_tokens, eos_ids, history);
   req.logits_out = logits_out;
+  req.logprobs = logprobs < 0 ? -1 : logprobs;
   int32_t fed = token;
-  return megakernel_->run(position, req, [&](int32_t id) {
+  return megakernel_->run(position, req, [&](int32_t id, const TokenLogprob* lp) {
     appended(fed);
     fed = id;
-    return on_token(id);
+    return on_draw(DeviceDraw{id, lp ? std::optional<TokenLogprob>(*lp) : std::nullopt});
   });
 }
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "megaqwen/engine/engine.h"
 #include "megaqwen/model/config.h"
 #include "megaqwen/sampling/sampler.h"
 
@@ -43,18 +44,18 @@ class MegakernelDecoder {
   const mk::Megakernel* megakernel() const { return megakernel_.get(); }
   const std::string& note() const { return note_; }  // what decodes, or why not the megakernel
   std::string device_suffix() const;                  // ", decode: megakernel" or ", decode: per-op"
-  // Why generate() would refuse these params (empty: it runs them; the note when inactive).
-  std::string unsupported_reason(const SamplingParams& params) const;
+  // Why generate() would refuse these params and logprobs (empty: it runs them; the note when inactive).
+  std::string unsupported_reason(const SamplingParams& params, int logprobs = kNoLogprobs) const;
   // Whether generate_on_device should hand this run to the kernel.
-  bool serves(const SamplingParams& params, std::span<const int32_t> eos_ids) const;
+  bool serves(const SamplingParams& params, std::span<const int32_t> eos_ids, int logprobs) const;
   // Feeds `token` at `position`, then every drawn token but the last, for at most max_tokens draws
-  // (the caller keeps them within the context). Before each on_token(id) call, appended(fed) reports
-  // the token that draw appended to the cache (fed first, then the drawn ones), also when on_token
-  // throws. logits_out: device [max_tokens, V] raw logits of every step (tests), or null.
+  // (the caller keeps them within the context), scoring each with `logprobs` alternatives (or not:
+  // kNoLogprobs). Before each on_draw call, appended(fed) reports the token that draw appended to
+  // the cache (fed first, then the drawn ones), also when on_draw throws. logits_out: device
+  // [max_tokens, V] raw logits of every step (tests), or null.
   int generate(int position, int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
-               const SamplingParams& params, std::span<const int32_t> history,
-               const std::function<bool(int32_t)>& on_token, float* logits_out,
-               const std::function<void(int32_t)>& appended);
+               const SamplingParams& params, std::span<const int32_t> history, int logprobs, const DrawSink& on_draw,
+               float* logits_out, const std::function<void(int32_t)>& appended);
 
  private:
   std::unique_ptr<mk::Megakernel> megakernel_;

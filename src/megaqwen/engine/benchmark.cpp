@@ -43,6 +43,8 @@ BenchResult summarize(std::string test, bool decode, int tokens, int depth, std:
 
 std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, double weight_bytes) {
   if (plan.repeats < 1) fail("repeats must be at least 1");
+  if (plan.logprobs < kNoLogprobs || plan.logprobs > kMaxTopLogprobs)
+    fail("logprobs must be 0 .. {} alternatives, got {}", kMaxTopLogprobs, plan.logprobs);
   const int vocab = engine.config().vocab_size;
   std::vector<BenchResult> results;
 
@@ -77,21 +79,23 @@ std::vector<BenchResult> run_benchmark(Engine& engine, const BenchPlan& plan, do
       engine.truncate(0);
       engine.fill_cache_with_noise(depth - 1);  // the cache as if `depth - 1` tokens came before
       engine.decode(ids[0]);                    // position depth: not timed (first-touch effects)
-      if (r == 0) device_sampling = engine.sample_on_device(sampling, no_history).has_value();
+      if (r == 0) device_sampling = engine.sample_on_device(sampling, no_history, plan.logprobs).has_value();
       const std::optional<double> e0 = have_energy ? plan.energy_joules() : std::nullopt;
       const double t0 = now_seconds();
       // An engine that runs whole stretches of steps on its device (the CUDA megakernel) is timed that
       // way: n steps in one call, as Generator runs them (tokens stream back as they appear). The fed
       // tokens are then the drawn ones; elsewhere the fixed ids (the cost per step is the same).
       const std::optional<int> run =
-          engine.generate_on_device(ids[1], n, {}, sampling, no_history, [](int32_t) { return true; });
+          engine.generate_on_device(ids[1], n, {}, sampling, no_history, plan.logprobs,
+                                    [](const DeviceDraw&) { return true; });
       if (run && *run != n) fail("the device run drew {} tokens instead of {}", *run, n);
       for (int i = 1; i <= n && !run; ++i) {
         if (device_sampling) {
           engine.decode_only(ids[size_t(i)]);
-          (void)engine.sample_on_device(sampling, no_history);
+          (void)engine.sample_on_device(sampling, no_history, plan.logprobs);
         } else {
           auto logits = engine.decode(ids[size_t(i)]);
+          if (plan.logprobs >= 0) (void)token_logprob(logits, ids[size_t(i)], plan.logprobs);
           if (!sampling.greedy()) {
             std::vector<float> l(logits.begin(), logits.end());
             (void)host_sampler.sample(l, no_history);

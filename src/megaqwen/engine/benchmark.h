@@ -25,6 +25,9 @@ struct BenchPlan {
     g.temperature = 0;
     return g;
   }();
+  // Decode draws also scored (0..kMaxTopLogprobs alternatives; kNoLogprobs: not): what a logprob
+  // request costs (on a GPU the scoring runs where the token is drawn, in the megakernel too).
+  int logprobs = kNoLogprobs;
   // Optional: the device's cumulative energy counter in joules (NVML on a GPU). When set, decode
   // tests also report average power and tokens per joule over their timed repeats.
   std::function<std::optional<double>()> energy_joules;

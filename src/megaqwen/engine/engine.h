@@ -14,9 +14,22 @@
 #include <vector>
 
 #include "megaqwen/model/config.h"
+#include "megaqwen/sampling/logprobs.h"
 #include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen {
+
+// A token drawn on the device (Engine::sample_on_device, generate_on_device), with its
+// log-probabilities (log_softmax of the raw logits, as token_logprob() computes them on the host, to
+// float rounding) when the call asked for them.
+struct DeviceDraw {
+  int32_t token = 0;
+  std::optional<TokenLogprob> logprob;
+};
+// Called per drawn token; false stops the run.
+using DrawSink = std::function<bool(const DeviceDraw&)>;
+// The `logprobs` argument of the device calls: none.
+inline constexpr int kNoLogprobs = -1;
 
 class Engine {
  public:
@@ -52,10 +65,12 @@ class Engine {
   // does not sample on its device, or not with these params (the same for every call with them); use
   // Sampler on the returned logits. The draws follow Sampler's
   // rules (penalties, temperature, top-k, top-p, min-p; greedy = argmax, lowest id on ties) but not
-  // its random stream, so only greedy runs are token-identical across engines.
-  virtual std::optional<int32_t> sample_on_device(const SamplingParams& params, std::span<const int32_t> history) {
-    (void)params;
-    (void)history;
+  // its random stream, so only greedy runs are token-identical across engines. `logprobs` (0 ..
+  // kMaxTopLogprobs; kNoLogprobs for none) also scores the drawn token with that many alternatives;
+  // an engine that cannot returns nullopt for it.
+  virtual std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
+                                                     int logprobs) {
+    (void)params, (void)history, (void)logprobs;
     return std::nullopt;
   }
   // Appends one token like decode() without handing the logits to the host: for callers that sample
@@ -64,17 +79,18 @@ class Engine {
   // Optional: many decode steps in one go on the device (the CUDA megakernel). Appends `token`, draws
   // the next token from its logits with `params` as sample_on_device would with `history` (the tokens
   // the penalties count, `token` included; its length keys the first draw, step + 1 the next, ...),
-  // hands it to on_token as soon as it exists, appends it and goes on (each drawn token joins the
-  // history), until on_token returns false, a drawn token is in `eos_ids`, or `max_tokens` were drawn.
-  // `history` is read before the first on_token call (the caller may grow it from the callback). The
+  // hands it to on_draw as soon as it exists (scored as sample_on_device scores with `logprobs`),
+  // appends it and goes on (each drawn token joins the history), until on_draw returns false, a
+  // drawn token is in `eos_ids`, or `max_tokens` were drawn.
+  // `history` is read before the first on_draw call (the caller may grow it from the callback). The
   // last drawn token is never appended (as Generator never decodes a token it will not sample after).
   // The caller keeps the run inside the context (position() + max_tokens <= context_size()).
   // Returns the number of tokens drawn (position() grew by exactly that), or nullopt when this engine
   // or these params have no such path (nothing was done: use decode_only + sample_on_device).
   virtual std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                                 const SamplingParams& params, std::span<const int32_t> history,
-                                                const std::function<bool(int32_t)>& on_token) {
-    (void)token, (void)max_tokens, (void)eos_ids, (void)params, (void)history, (void)on_token;
+                                                int logprobs, const DrawSink& on_draw) {
+    (void)token, (void)max_tokens, (void)eos_ids, (void)params, (void)history, (void)logprobs, (void)on_draw;
     return std::nullopt;
   }
 

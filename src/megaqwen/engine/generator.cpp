@@ -113,7 +113,9 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   int produced = 0;
   // Takes one sampled token: eos, output text, stop strings, the callback, the budget. Returns true
   // when generation goes on (the token is then appended to the cache and the next one sampled).
-  auto accept = [&](int32_t token) -> bool {
+  // `scored`: the token's log-probabilities when the device drew it with them (else, with
+  // req.logprobs, they come from the host logits).
+  auto accept = [&](int32_t token, const std::optional<TokenLogprob>& scored) -> bool {
     if (produced == 0) result.first_token_seconds = seconds_since(start);
     if (std::find(req.eos_ids.begin(), req.eos_ids.end(), token) != req.eos_ids.end()) {
       result.finish = FinishReason::Eos;
@@ -123,7 +125,7 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
     history.push_back(token);
     ++produced;
     if (req.logprobs) {
-      result.logprobs.push_back(token_logprob(raw_logits, token, top));
+      result.logprobs.push_back(scored ? *scored : token_logprob(raw_logits, token, top));
       if (on_logprob) on_logprob(result.logprobs.back(), false);
     }
     std::string_view emit;
@@ -158,26 +160,29 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   // An engine that samples on its device (Engine::sample_on_device) keeps the logits there: then the
   // per-token loop never copies them to the host (decode_only instead of decode). An engine that runs
   // whole stretches of decode steps on its device (Engine::generate_on_device: the CUDA megakernel)
-  // gets every step after the first in one call, with accept() called per token as it arrives.
-  // Logprobs need the logits on the host at every step: then neither device path is taken.
-  bool device_sampling = false, device_runs = !req.logprobs;
+  // gets every step after the first in one call, with accept() called per token as it arrives. Both
+  // score the tokens there when logprobs are asked for; an engine that cannot (nullopt) gets the
+  // logits copied to the host and scored here.
+  const int device_logprobs = req.logprobs ? top : kNoLogprobs;
+  bool device_sampling = false, device_runs = true;
   auto host_sample = [&]() -> int32_t {
     if (req.logprobs) raw_logits = logits;
     return sampler.sample(logits, history);
   };
-  auto sample = [&]() -> int32_t {
-    const std::optional<int32_t> on_device =
-        device_sampling ? engine_.sample_on_device(req.sampling, history) : std::nullopt;
-    return on_device ? *on_device : host_sample();
+  // The next token and, when the device drew it with them, its log-probabilities.
+  auto sample = [&]() -> DeviceDraw {
+    std::optional<DeviceDraw> on_device =
+        device_sampling ? engine_.sample_on_device(req.sampling, history, device_logprobs) : std::nullopt;
+    return on_device ? std::move(*on_device) : DeviceDraw{host_sample(), std::nullopt};
   };
   int32_t token = 0;
   bool go = req.max_tokens > 0;
   if (go) {
-    const std::optional<int32_t> first =
-        req.logprobs ? std::nullopt : engine_.sample_on_device(req.sampling, history);
+    std::optional<DeviceDraw> first = engine_.sample_on_device(req.sampling, history, device_logprobs);
     device_sampling = first.has_value();
-    token = device_sampling ? *first : host_sample();
-    go = accept(token);
+    if (!first) first = DeviceDraw{host_sample(), std::nullopt};
+    token = first->token;
+    go = accept(token, first->logprob);
   }
   while (go) {
     if (engine_.position() >= engine_.context_size()) {
@@ -188,12 +193,12 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       const int room = engine_.context_size() - engine_.position();
       int32_t fed = token;
       const std::optional<int> drawn = engine_.generate_on_device(
-          token, std::min(req.max_tokens - produced, room), req.eos_ids, req.sampling, history,
-          [&](int32_t next) {
+          token, std::min(req.max_tokens - produced, room), req.eos_ids, req.sampling, history, device_logprobs,
+          [&](const DeviceDraw& next) {
             cached_.push_back(fed);  // the engine appended the previous token before drawing this one
-            fed = next;
-            token = next;
-            go = accept(next);
+            fed = next.token;
+            token = next.token;
+            go = accept(next.token, next.logprob);
             return go;
           });
       // go is still true only when the context ran out: checked above. (A run that drew nothing
@@ -208,8 +213,9 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       logits.assign(out.begin(), out.end());
     }
     cached_.push_back(token);
-    token = sample();
-    go = accept(token);
+    const DeviceDraw next = sample();
+    token = next.token;
+    go = accept(token, next.logprob);
   }
   if (result.finish != FinishReason::StopString && !pending.empty()) {
     result.text += pending;

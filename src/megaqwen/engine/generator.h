@@ -27,8 +27,8 @@ struct GenerationRequest {
   // The raw bytes of a token (Tokenizer::token_bytes); needed for text and stop strings.
   std::function<std::string_view(int32_t)> token_bytes;
   // Log-probabilities (sampling/logprobs.h). nullopt: none. Else every generated token's, with this
-  // many alternatives (0 .. kMaxTopLogprobs); the logits then come to the host at every step (no
-  // sampling on the device, no device runs).
+  // many alternatives (0 .. kMaxTopLogprobs), scored where the engine draws (the CUDA engines on the
+  // device, in the megakernel too; otherwise from the host logits).
   std::optional<int> logprobs;
   // Also score the prompt: result.prompt_logprobs for prompt[1 ..], with `logprobs` alternatives (0
   // when nullopt). The whole prompt is prefilled again (a cached prefix has no logits to give).

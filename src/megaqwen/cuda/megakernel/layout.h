@@ -56,6 +56,7 @@ constexpr int kMaxTopK = 64;           // filtered sampling in the kernel: top_k
 constexpr int kSelectTestMembers = 1024;  // select_test_kernel's nucleus member buffer (at most)
 constexpr int kSelPerThread = 20;      // keys per thread of the top-k selection: a CTA's vocabulary slice
                                        // and ctas x top_k candidates must each be <= kThreads x this
+constexpr int kMaxLogprobTop = 20;     // alternatives per logprob record (sampling/logprobs.h: kMaxTopLogprobs)
 
 // ---- ablations ----
 // Choices that can be switched back at run time (Params::ablate, MEGAQWEN_MK_ABLATE = the sum of the
@@ -173,6 +174,25 @@ struct Mailbox {
   volatile int32_t tokens[kLaunchTokenCap];  // -1: not drawn (yet)
 };
 
+// One drawn token's log-probabilities (logprob.cuh): log_softmax of the step's raw logits at the
+// token, and its `n` most likely ids with theirs (value descending, lowest id first on ties). In mapped
+// host memory for the megakernel, written before the token's mailbox slot (the slot is its valid flag).
+struct LogprobRecord {
+  float logprob;
+  int32_t n;
+  int32_t ids[kMaxLogprobTop];
+  float logprobs[kMaxLogprobTop];
+};
+
+// The per-CTA halves of the logprob reduction (logprob.cuh), in device memory: each CTA's log-sum-exp
+// part of its vocabulary slice and its best `top` raw logits.
+struct LogprobParts {
+  float* lse = nullptr;       // [ctas, 2]: (max, sum of exp(x - max)) over the slice
+  float* cand_v = nullptr;    // [ctas, top] the slice's best raw logits (id order) ...
+  int32_t* cand_i = nullptr;  //             ... and their ids
+  int32_t* cand_n = nullptr;  // [ctas]      how many (min(top, rows))
+};
+
 struct Params {
   // Weights (read-only for the whole launch).
   const LayerWeights* layers;  // [L] (device memory)
@@ -230,6 +250,12 @@ struct Params {
   float* cand_v;      // [ctas, top_k] each CTA's top candidates (id order) ...
   int32_t* cand_i;    //               ... and their ids
   int32_t* cand_n;    // [ctas]        how many each CTA has (min(top_k, its rows))
+  // Log-probabilities of every drawn token (logprob.cuh): with lp_records (null: off), each token's
+  // record, with logprob_top (0..kMaxLogprobTop) alternatives, at lp_records[t].
+  LogprobRecord* lp_records;  // [kLaunchTokenCap], mapped host memory (device pointer), or null
+  int logprob_top;
+  float* lp_raw;              // [V] the step's raw logits, when logits_out is null
+  LogprobParts lp_parts;
 };
 
 // The token selection alone (select_test_kernel, for tests): the inputs a step's LM head would have.
@@ -254,6 +280,18 @@ struct SelectTestArgs {
   int32_t* cand_n = nullptr;
   uint32_t* ticket = nullptr;
   int32_t* out = nullptr;
+};
+
+// The logprob reduction alone (token_logprobs_kernel): the per-operator path's device logprobs, and
+// the tests of the megakernel's primitives.
+struct LogprobArgs {
+  const float* logits = nullptr;  // [V] raw logits
+  int V = 0;
+  const int32_t* token = nullptr;  // [1] the id to score (device memory: the sampler's output)
+  int top = 0;                     // 0..kMaxLogprobTop
+  LogprobParts parts;              // scratch: [blocks] and [blocks, top]
+  uint32_t* ticket = nullptr;      // one uint32, zeroed before each launch
+  LogprobRecord* out = nullptr;    // [1]
 };
 
 }  // namespace megaqwen::cuda::mk

@@ -3,6 +3,7 @@
 // compute capability before choosing the megakernel).
 #include "megaqwen/cuda/megakernel/megakernel.h"
 
+#include <algorithm>
 #include <string>
 
 #include "megaqwen/cuda/cuda_check.h"
@@ -33,6 +34,16 @@ __global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTe
   const int capacity = min(a.member_capacity, kSelectTestMembers);
   const int id = select_over_logits(a, red, last, s, members, capacity, [&] { return take_ticket(a.ticket); });
   if (id >= 0 && threadIdx.x == 0) a.out[0] = id;
+}
+
+// The logprob reduction alone (logprob.cuh, logprobs_over_logits): the per-operator path's device
+// logprobs of a drawn token, and the tests of the megakernel's logprob primitives. Any sm_70+ device.
+__global__ void __launch_bounds__(kThreads, 1) token_logprobs_kernel(const LogprobArgs a) {
+  __shared__ float red[64];
+  __shared__ int last;
+  __shared__ float log_z;
+  __shared__ TopKShared s;
+  logprobs_over_logits(a, red, last, log_z, s, [&] { return take_ticket(a.ticket); });
 }
 
 namespace {
@@ -115,6 +126,13 @@ bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
 void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream) {
   launch_kernel(select_test_kernel, ctas, kThreads, 0, stream, args);
   CUDA_CHECK_LAUNCH("select_test_kernel");
+}
+
+int token_logprob_blocks(int V) { return std::clamp((V + 2047) / 2048, 1, kMaxLogprobBlocks); }
+
+void launch_token_logprobs(const LogprobArgs& args, int blocks, cudaStream_t stream) {
+  launch_kernel(token_logprobs_kernel, blocks, kThreads, 0, stream, args);
+  CUDA_CHECK_LAUNCH("token_logprobs_kernel");
 }
 
 }  // namespace megaqwen::cuda::mk

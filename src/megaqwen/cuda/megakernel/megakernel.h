@@ -47,4 +47,13 @@ bool timing_compiled();
 // uint32, zeroed before each call). out[0] = the id.
 void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream);
 
+// The log-probabilities of one token (logprob.cuh) over given logits, with `blocks` blocks (each owns
+// ceil(V / blocks) ids; token_logprob_blocks(V) is the per-operator path's choice, in 1..kMaxLogprobBlocks):
+// *args.out = the record of *args.token. Scratch: parts.lse [2 blocks], parts.cand_v / cand_i
+// [blocks * top], parts.cand_n [blocks], ticket (one uint32, zeroed before each call). A block's slice
+// and blocks * top must each be <= kThreads * kSelPerThread.
+constexpr int kMaxLogprobBlocks = 256;
+int token_logprob_blocks(int V);
+void launch_token_logprobs(const LogprobArgs& args, int blocks, cudaStream_t stream);
+
 }  // namespace megaqwen::cuda::mk

@@ -208,6 +208,20 @@ std::string Megakernel::filter_unsupported_reason(int top_k) const {
   return {};
 }
 
+std::string Megakernel::logprob_unsupported_reason(int top) const {
+  static_assert(kMaxLogprobTop == kMaxTopLogprobs, "a logprob record holds every alternative a request may ask for");
+  const int cap = kThreads * kSelPerThread;
+  if (top < 0 || top > kMaxLogprobTop)
+    return "top logprobs " + std::to_string(top) + " is outside the kernel's 0.." + std::to_string(kMaxLogprobTop);
+  if (top > 0 && (vocab_ + ctas_ - 1) / ctas_ > cap)
+    return "a CTA's vocabulary slice (" + std::to_string((vocab_ + ctas_ - 1) / ctas_) + " ids) exceeds the selection's " +
+           std::to_string(cap);
+  if (ctas_ * top > cap)
+    return std::to_string(ctas_) + " CTAs x " + std::to_string(top) + " top logprobs exceed the selection's " +
+           std::to_string(cap);
+  return {};
+}
+
 // The per-operator device sampler's rules (kernels/sampling.cuh, nucleus.cuh), mapped onto the
 // kernel's selection: greedy; Gumbel-max for plain sampling; the filtered draw for a top-k (with any
 // top-p / min-p); the nucleus draw for top-p / min-p without a top-k. Only a top-k the kernel's
@@ -253,7 +267,7 @@ std::string Megakernel::describe() const {
          " attention splits per kv head" + (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
 }
 
-int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token) {
+int Megakernel::run(int pos, const RunRequest& req, const TokenSink& on_token) {
   if (req.max_tokens < 1) return 0;
   if (req.eos_ids.size() > size_t(kMaxEos)) fail("megakernel: at most {} eos ids", kMaxEos);
   if (pos < 0 || int64_t(pos) + req.max_tokens > context_)
@@ -275,6 +289,21 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
   if (req.nucleus && vocab_ >= kNucleusMaxVocab)
     fail("megakernel: a vocabulary of {} ids is beyond the nucleus sampler's {}", vocab_, kNucleusMaxVocab);
   if ((req.top_k > 0 || req.nucleus) && sel_vals_.size() == 0) sel_vals_.resize(size_t(vocab_));
+  if (req.logprobs >= 0) {
+    const std::string why = logprob_unsupported_reason(req.logprobs);
+    if (!why.empty()) fail("megakernel: {}", why);
+    if (!records_host_) {
+      lp_raw_.resize(size_t(vocab_));
+      lp_lse_.resize(2 * size_t(ctas_));
+      lp_cand_v_.resize(size_t(ctas_) * kMaxLogprobTop);
+      lp_cand_i_.resize(size_t(ctas_) * kMaxLogprobTop);
+      lp_cand_n_.resize(size_t(ctas_));
+      void* r = nullptr;
+      CUDA_CHECK(cudaHostAlloc(&r, sizeof(LogprobRecord) * kLaunchTokenCap, cudaHostAllocMapped));
+      records_host_.reset(static_cast<LogprobRecord*>(r));
+      CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&records_dev_), r, 0));
+    }
+  }
   const bool penalties = req.repetition_penalty != 1.0f || req.presence_penalty != 0.0f || req.frequency_penalty != 0.0f;
   if (penalties) {
     // The counts start from the history (once per run: a relaunch continues with the kernel's own
@@ -300,9 +329,9 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
     int32_t last = token;
     const int got = launch_once(pos + delivered, req, token, n, req.step + uint64_t(delivered),
                                 req.logits_out ? req.logits_out + size_t(delivered) * size_t(vocab_) : nullptr,
-                                [&](int32_t id) {
+                                [&](int32_t id, const TokenLogprob* lp) {
                                   last = id;
-                                  return on_token(id);
+                                  return on_token(id, lp);
                                 },
                                 &host_stopped, &finished);
     delivered += got;
@@ -316,7 +345,7 @@ int Megakernel::run(int pos, const RunRequest& req, const std::function<bool(int
 }
 
 int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step,
-                            float* logits_out, const std::function<bool(int32_t)>& on_token, bool* host_stopped,
+                            float* logits_out, const TokenSink& on_token, bool* host_stopped,
                             bool* kernel_finished) {
   mailbox_host_->stop = 0;
   mailbox_host_->finished = 0;
@@ -376,6 +405,10 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.cand_v = cand_v_.data();
   p.cand_i = cand_i_.data();
   p.cand_n = cand_n_.data();
+  p.lp_records = req.logprobs >= 0 ? records_dev_ : nullptr;
+  p.logprob_top = std::max(req.logprobs, 0);
+  p.lp_raw = lp_raw_.data();
+  p.lp_parts = {lp_lse_.data(), lp_cand_v_.data(), lp_cand_i_.data(), lp_cand_n_.data()};
   launch(shape_, p, ctas_, stream_);
   ++launches_;
 
@@ -399,11 +432,20 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
       const int32_t id = mailbox_host_->tokens[seen];
       if (id < 0) break;
       std::atomic_thread_fence(std::memory_order_acquire);
+      TokenLogprob scored;
+      if (req.logprobs >= 0) {
+        // Written before the slot (a system fence between): visible now.
+        const LogprobRecord& r = records_host_[size_t(seen)];
+        scored.token = id;
+        scored.logprob = r.logprob;
+        const int n = std::clamp(r.n, 0, kMaxLogprobTop);
+        for (int i = 0; i < n; ++i) scored.top.push_back({r.ids[i], r.logprobs[i]});
+      }
       ++seen;
       ++fresh;
       bool go = false;
       try {
-        go = on_token(id);
+        go = on_token(id, req.logprobs >= 0 ? &scored : nullptr);
       } catch (...) {
         // The kernel must not keep running (and writing the cache) behind the caller's back.
         mailbox_host_->stop = 1;

@@ -18,6 +18,7 @@
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/cuda/megakernel/megakernel.h"
 #include "megaqwen/model/config.h"
+#include "megaqwen/sampling/logprobs.h"
 #include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen::cuda::mk {
@@ -50,7 +51,14 @@ struct RunRequest {
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   std::span<const int32_t> history;
   float* logits_out = nullptr;          // tests: device [max_tokens, V] raw logits of every step, or null
+  // Log-probabilities of every drawn token (logprob.cuh): -1 none, else its own with this many
+  // alternatives (0..kMaxTopLogprobs), handed to on_token with the token.
+  int logprobs = -1;
 };
+
+// Called per drawn token as soon as the host sees it, with its log-probabilities when the request
+// asked for them (else null); false asks the kernel to stop.
+using TokenSink = std::function<bool(int32_t token, const TokenLogprob* logprob)>;
 
 class Megakernel {
  public:
@@ -60,6 +68,8 @@ class Megakernel {
   std::string filter_unsupported_reason(int top_k) const;
   // Empty when run() draws with `params` as the per-operator device sampler would; otherwise why not.
   std::string sampling_unsupported_reason(const SamplingParams& params) const;
+  // Empty when the kernel reports log-probabilities with `top` alternatives; otherwise why not.
+  std::string logprob_unsupported_reason(int top) const;
   // The request that draws as the per-operator device sampler would with `params` (the draws keyed
   // from history.size(), the penalties counting `history`), feeding `token` first.
   static RunRequest request_for(const SamplingParams& params, int vocab, int32_t token, int max_tokens,
@@ -74,7 +84,7 @@ class Megakernel {
   // drawn token as soon as the host sees it; on_token returning false asks the kernel to stop (it may
   // have run ahead a few tokens: their cache rows are beyond the returned count and are overwritten
   // later). Returns the number of tokens drawn and delivered (= tokens appended to the cache).
-  int run(int pos, const RunRequest& req, const std::function<bool(int32_t)>& on_token);
+  int run(int pos, const RunRequest& req, const TokenSink& on_token);
 
   int ctas() const { return ctas_; }
   uint64_t launches() const { return launches_; }  // kernel launches so far
@@ -85,7 +95,7 @@ class Megakernel {
 
  private:
   int launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step, float* logits_out,
-                  const std::function<bool(int32_t)>& on_token, bool* host_stopped, bool* kernel_finished);
+                  const TokenSink& on_token, bool* host_stopped, bool* kernel_finished);
   // Deadlock diagnosis (MEGAQWEN_MK_WATCHDOG_S, default 20 s without a new token): reads the counters
   // while the kernel runs (a copy on a second stream), prints them against the targets of token t;
   // returns 2 for a first look (table printed), 1 if they moved since `previous` (slow, not stuck:
@@ -107,14 +117,18 @@ class Megakernel {
   DeviceBuffer<int32_t> counts_, history_;        // penalties (allocated on first use)
   DeviceBuffer<float> sel_vals_, cand_v_;         // filtered selection (allocated on first use)
   DeviceBuffer<int32_t> cand_i_, cand_n_;
+  DeviceBuffer<float> lp_raw_, lp_lse_, lp_cand_v_;  // log-probabilities (allocated on first use)
+  DeviceBuffer<int32_t> lp_cand_i_, lp_cand_n_;
   DeviceBuffer<uint32_t> counters_;
   DeviceBuffer<unsigned long long> timing_;
   struct FreeHost {
-    void operator()(Mailbox* m) const { cudaFreeHost(m); }
+    void operator()(void* m) const { cudaFreeHost(m); }
   };
   // cudaHostAlloc(mapped), owned: a constructor that throws after allocating it frees it.
   std::unique_ptr<Mailbox, FreeHost> mailbox_host_;
   Mailbox* mailbox_dev_ = nullptr;
+  std::unique_ptr<LogprobRecord[], FreeHost> records_host_;  // [kLaunchTokenCap], mapped; first logprob run
+  LogprobRecord* records_dev_ = nullptr;
   int splits_ = 1;
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint64_t timed_tokens_ = 0;

@@ -104,15 +104,18 @@ __device__ __forceinline__ void merge_best(const float* best_v, const int32_t* b
   block_best(v, i, red);
 }
 
-// Filtered level 1, block-wide: vals[begin, end) (this CTA's transformed values, stored by its own
-// threads before a __syncthreads) -> its top k = min(K, end - begin) in id order at cand_v/cand_i
-// [cta * K, cta * K + k), and k at cand_n[cta].
+// Filtered level 1, block-wide: vals[begin, end) (this CTA's transformed values, or its raw logits
+// for the logprobs, stored by its own threads before a __syncthreads) -> its top k = min(K, end -
+// begin) in id order at cand_v/cand_i [cta * K, cta * K + k), and k at cand_n[cta]. NaN ranks as -inf.
 __device__ __forceinline__ void cta_top_k(const float* vals, int begin, int end, int K, int cta, float* cand_v,
                                           int32_t* cand_i, int32_t* cand_n, TopKShared& s) {
   const int n = end - begin, k = min(K, n);
   if (k > 0) {  // block-uniform
     KeyBlock kb;
-    load_keys(kb, n, [&](int i) { return order_key(__ldcg(vals + begin + i)); });
+    load_keys(kb, n, [&](int i) {
+      const float v = __ldcg(vals + begin + i);
+      return order_key(v != v ? -INFINITY : v);  // NaN (raw logits: the logprobs) ranks with -inf
+    });
     int take_eq = 0;
     const uint32_t kth = kth_largest(kb, k, s, take_eq);
     compact_top_k(kb, kth, take_eq, s, [&](int slot, int i, uint32_t key) {
@@ -129,11 +132,12 @@ struct FilterRule {
   uint64_t seed = 0, step = 0;
 };
 
-// Filtered level 2, block-wide, by the CTA that saw every CTA's candidates (after its acquire): the
-// drawn id (every thread gets it). K <= the number of candidates (the host keeps top_k <= vocab).
-__device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t* cand_i, const int32_t* cand_n, int ctas,
-                                              const FilterRule& f, TopKShared& s) {
-  const int K = f.top_k, tid = threadIdx.x;
+// Block-wide: the top K of the ctas per-CTA candidate lists (cta_top_k's output, written in this
+// launch) into s.cand_v / s.cand_i [0, K), best first (value descending, id ascending); entries past
+// K up to kMaxTopK are -inf / INT_MAX. K <= the number of candidates. Ends with __syncthreads.
+__device__ __forceinline__ void merge_top_k(const float* cand_v, const int32_t* cand_i, const int32_t* cand_n, int ctas,
+                                            int K, TopKShared& s) {
+  const int tid = threadIdx.x;
   KeyBlock kb;
   // Candidate list c occupies [c * K, c * K + cand_n[c]); the rest is padding (key 0).
   load_keys(kb, ctas * K, [&](int i) {
@@ -149,6 +153,14 @@ __device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t
     s.cand_i[slot] = __ldcg(cand_i + i);
   });
   sort_candidates(s);
+}
+
+// Filtered level 2, block-wide, by the CTA that saw every CTA's candidates (after its acquire): the
+// drawn id (every thread gets it). K <= the number of candidates (the host keeps top_k <= vocab).
+__device__ __forceinline__ int merge_and_draw(const float* cand_v, const int32_t* cand_i, const int32_t* cand_n, int ctas,
+                                              const FilterRule& f, TopKShared& s) {
+  const int K = f.top_k, tid = threadIdx.x;
+  merge_top_k(cand_v, cand_i, cand_n, ctas, K, s);
   // Probabilities relative to the top value, normalized over the K (fp64, as the CPU Sampler).
   const float top = s.cand_v[0];
   if (tid < kMaxTopK) s.probs[tid] = tid < K ? exp(double(s.cand_v[tid]) - double(top)) : 0.0;

@@ -5,7 +5,8 @@
 //   out:     argmax and nucleus modes: best_v[cta], best_i[cta]; filtered and nucleus modes:
 //            sel_vals[row] for its rows; filtered mode: its top-k candidates cand_v / cand_i / cand_n
 //            (select.cuh); logits_out[t, row] when the tests ask for the raw logits; the selecting
-//            CTA: tokens[t], counts[token] += 1 (penalties),
+//            CTA: tokens[t], counts[token] += 1 (penalties), with logprobs (lp_records set) its
+//            record lp_records[t] (logprob.cuh: every CTA writes the raw logits and its parts first),
 //            Done when the run ends (eos id, budget, host stop request), Step, then the host mailbox
 //            slot (and `finished`)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
@@ -17,7 +18,7 @@
 #pragma once
 
 #include "megaqwen/cuda/megakernel/context.cuh"
-#include "megaqwen/cuda/megakernel/select.cuh"
+#include "megaqwen/cuda/megakernel/logprob.cuh"
 
 namespace megaqwen::cuda::mk {
 
@@ -30,6 +31,9 @@ __device__ bool is_stop_token(const Ctx<C>& c, int token) {
 
 template <class C>
 __device__ void stage_lm_head(Ctx<C>& c) {
+  // The raw logits are kept for the tests (logits_out) or the log-probabilities (lp_raw).
+  const bool logprobs = c.p.lp_records != nullptr;
+  float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : logprobs ? c.p.lp_raw : nullptr;
   {
     StageTimer timer(c.p.timing, c.cta, Stage::LmHead);
     if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
@@ -40,7 +44,6 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t), c.p.counts,
                           c.p.repetition_penalty, c.p.presence_penalty, c.p.frequency_penalty};
     const bool filtered = c.p.top_k > 0, keep_vals = filtered || c.p.nucleus;
-    float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : nullptr;
     float bv = -INFINITY;
     int bi = INT_MAX;
     auto consider = [&](int row, float a) {
@@ -66,6 +69,11 @@ __device__ void stage_lm_head(Ctx<C>& c) {
         __stcg(c.p.best_i + c.cta, bi);
       }
     }
+    if (logprobs) {
+      const Part& pt = c.part(Mat::Lm);
+      cta_logprob_part_call(logits, pt.row0, pt.row0 + pt.rows, c.p.logprob_top, c.cta, c.p.lp_parts, c.red,
+                            reinterpret_cast<SelectShared*>(c.vec)->topk);
+    }
   }
 
   StageTimer timer(c.p.timing, c.cta, Stage::Select);
@@ -88,17 +96,34 @@ __device__ void stage_lm_head(Ctx<C>& c) {
                                 *reinterpret_cast<SelectShared*>(c.vec), members, kMembers);
   } else {
     float v;
-    merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);
+    merge_best(c.p.best_v, c.p.best_i, c.ctas, v, id, c.red);  // thread 0's
   }
+  if (logprobs) {
+    // Every thread writes its part of the record; the fences wait until after the Step release.
+    __syncthreads();
+    if (threadIdx.x == 0) c.flags[3] = id == INT_MAX ? 0 : id;
+    __syncthreads();
+    float* log_z = c.red + 63;  // block_lse uses red[0, 48) at most
+    score_token_call(logits, c.flags[3], c.p.logprob_top, c.p.vocab, c.ctas, c.p.lp_parts, c.red, log_z,
+                     reinterpret_cast<SelectShared*>(c.vec)->topk, c.p.lp_records + c.t);
+  }
+  const int token = id == INT_MAX ? 0 : id;  // thread 0's (the others' too, but in argmax mode)
+  bool stop = false;
   if (threadIdx.x == 0) {
-    const int token = id == INT_MAX ? 0 : id;
     __stcg(c.p.tokens + c.t, token);
     if (c.p.counts) atomicAdd(c.p.counts + token, 1);  // the next step's penalties see it (Step release)
-    const bool stop = is_stop_token(c, token) || c.t + 1 >= c.p.max_tokens ||
-                      __ldcg(reinterpret_cast<const int*>(c.counter(Counter::StopSeen))) != 0;
+    stop = is_stop_token(c, token) || c.t + 1 >= c.p.max_tokens ||
+           __ldcg(reinterpret_cast<const int*>(c.counter(Counter::StopSeen))) != 0;
     if (stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::Done)), 1);
     if (c.p.ablate & kAblateFences) __threadfence();
     st_release(c.counter(Counter::Step), uint32_t(c.t + 1));  // the other CTAs go on from here
+  }
+  if (logprobs) {
+    // The record's stores reach the host before the slot that makes it valid.
+    if (threadIdx.x < kMaxLogprobTop) __threadfence_system();
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
     // The host's copy, off the critical path: one store per slot (layout.h, Mailbox).
     Mailbox* mb = c.p.mailbox;
     mb->tokens[c.t] = token;
