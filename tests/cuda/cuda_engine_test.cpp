@@ -261,7 +261,9 @@ TEST_F(CudaEngineTest, GeneratorLogprobsMatchCpu) {
     req.prompt_logprobs = true;
     const uint64_t launches = gpu.megakernel() ? gpu.megakernel()->launches() : 0;
     const GenerationResult scored = g.run(req);
-    if (gpu.megakernel()) EXPECT_GT(gpu.megakernel()->launches(), launches) << "logprobs left the megakernel";
+    if (gpu.megakernel()) {
+      EXPECT_GT(gpu.megakernel()->launches(), launches) << "logprobs left the megakernel";
+    }
     EXPECT_EQ(scored.tokens, plain.tokens) << what;
     ASSERT_EQ(scored.prompt_logprobs.size(), req.prompt.size() - 1);
     ASSERT_EQ(scored.logprobs.size(), scored.tokens.size());
@@ -285,7 +287,9 @@ TEST_F(CudaEngineTest, GeneratorLogprobsMatchCpu) {
       worst = std::max(worst, err);
       ASSERT_EQ(all[i].top.size(), 4u);
       // The greedy token is the most likely one: first among the alternatives.
-      if (i + 1 >= req.prompt.size()) EXPECT_EQ(all[i].top[0].token, all[i].token) << what << ", position " << i;
+      if (i + 1 >= req.prompt.size()) {
+        EXPECT_EQ(all[i].top[0].token, all[i].token) << what << ", position " << i;
+      }
     }
     RecordProperty(gpu.megakernel() ? "worst_abs_logprob_error_megakernel" : "worst_abs_logprob_error_per_op",
                    std::to_string(worst));
