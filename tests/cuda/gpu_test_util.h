@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -20,13 +21,6 @@
 #include "megaqwen/util/bf16.h"
 
 namespace megaqwen::test {
-
-// The token an engine draws on its device (Engine::sample_on_device without logprobs), if it does.
-inline std::optional<int32_t> device_token(Engine& engine, const SamplingParams& params,
-                                           std::span<const int32_t> history) {
-  const std::optional<DeviceDraw> d = engine.sample_on_device(params, history, kNoLogprobs);
-  return d ? std::optional<int32_t>(d->token) : std::nullopt;
-}
 
 // Skips the current test unless a usable CUDA device is present. Use as the first statement.
 #define MQ_REQUIRE_GPU()                                                          \
@@ -47,6 +41,27 @@ constexpr bool kEmulatedDevice = false;
   do {                                                                              \
     if (::megaqwen::test::kEmulatedDevice) GTEST_SKIP() << "emulated device: " << why; \
   } while (0)
+
+// Ids at the edges of every slice when V ids are split into `slices` contiguous slices of
+// ceil(V / slices) (the argmax / selection / logprob reductions' splits), plus 0 and V - 1. On the
+// emulated device only the first two, a middle and the last two slices.
+inline std::vector<int> slice_edge_ids(int V, int slices) {
+  const int per = (V + slices - 1) / slices;
+  std::vector<int> spots = {0, V - 1};
+  for (int b = 0; b < slices && b * per < V; ++b) {
+    if (kEmulatedDevice && b > 1 && b != slices / 2 && b < slices - 2) continue;
+    spots.push_back(b * per);
+    spots.push_back(std::min(V, (b + 1) * per) - 1);
+  }
+  return spots;
+}
+
+// The token an engine draws on its device (Engine::sample_on_device without logprobs), if it does.
+inline std::optional<int32_t> device_token(Engine& engine, const SamplingParams& params,
+                                           std::span<const int32_t> history) {
+  const std::optional<DeviceDraw> d = engine.sample_on_device(params, history, kNoLogprobs);
+  return d ? std::optional<int32_t>(d->token) : std::nullopt;
+}
 
 // As MQ_REQUIRE_GPU, and cuBLAS must be loadable (a failure on a GPU machine, not a skip).
 #define MQ_REQUIRE_GPU_AND_CUBLAS()                                              \

@@ -83,13 +83,7 @@ TEST(CudaLogprobs, BestAlternativesPlantedAtEverySliceEdge) {
   const int V = kEmulatedDevice ? 4097 : 151936;
   auto logits = random_floats(size_t(V), 17, -10, 10);
   for (int blocks : {5, cuda::mk::token_logprob_blocks(V)}) {
-    const int slice = (V + blocks - 1) / blocks;
-    std::vector<int> spots = {0, V - 1};
-    for (int b = 0; b < blocks && b * slice < V; ++b) {
-      if (kEmulatedDevice && b > 1 && b != blocks / 2 && b < blocks - 2) continue;
-      spots.push_back(b * slice);
-      spots.push_back(std::min(V, (b + 1) * slice) - 1);
-    }
+    const std::vector<int> spots = slice_edge_ids(V, blocks);
     // The first kMaxTopLogprobs spots get the largest values, descending: each must come out in place.
     auto planted = logits;
     for (size_t k = 0; k < spots.size() && k < size_t(kMaxTopLogprobs); ++k) planted[size_t(spots[k])] = 40.0f - float(k);

@@ -102,12 +102,7 @@ TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
       auto select = [&]() { return sel.select(greedy_select(d.data())); };
       EXPECT_EQ(select(), argmax(base)) << "V " << V << " ctas " << ctas;
       const int per = (V + ctas - 1) / ctas;
-      std::vector<int> spots = {0, V - 1};
-      for (int b = 0; b < ctas && b * per < V; ++b) {
-        if (kEmulatedDevice && b > 1 && b != ctas / 2 && b < ctas - 2) continue;
-        spots.push_back(b * per);
-        spots.push_back(std::min(V, (b + 1) * per) - 1);
-      }
+      const std::vector<int> spots = test::slice_edge_ids(V, ctas);
       for (int at : spots) {
         float hundred = 100.0f;
         CUDA_CHECK(cudaMemcpy(d.data() + at, &hundred, 4, cudaMemcpyHostToDevice));

@@ -42,13 +42,7 @@ TEST(CudaSampling, ArgmaxWinnerInEveryBlockSliceAndAtTheEdges) {
     auto d = upload(base);
     for (int blocks : {1, 3, 7, 64, cuda::argmax_blocks(V), 1000, cuda::kArgmaxMaxBlocks}) {
       EXPECT_EQ(device_argmax(d, V, blocks), argmax(base)) << "V " << V << " blocks " << blocks;
-      const int slice = (V + blocks - 1) / blocks;
-      std::vector<int> spots = {0, V - 1};
-      for (int b = 0; b < blocks && b * slice < V; ++b) {
-        if (kEmulatedDevice && b > 1 && b != blocks / 2 && b < blocks - 2) continue;
-        spots.push_back(b * slice);
-        spots.push_back(std::min(V, (b + 1) * slice) - 1);
-      }
+      const std::vector<int> spots = slice_edge_ids(V, blocks);
       for (int at : spots) {
         set_value(d, at, 100.0f);
         ASSERT_EQ(device_argmax(d, V, blocks), at) << "V " << V << " blocks " << blocks << " winner at " << at;

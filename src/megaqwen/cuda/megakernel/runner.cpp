@@ -195,31 +195,30 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
   return 2;
 }
 
-std::string Megakernel::filter_unsupported_reason(int top_k) const {
+// Whether the block-wide top-k primitives (topk.cuh) hold k of each CTA's vocabulary slice and the
+// ctas x k candidates merged after (`what` names k in the message).
+std::string Megakernel::top_k_capacity_reason(int k, const std::string& what) const {
   const int cap = kThreads * kSelPerThread;
-  if (top_k < 1 || top_k > kMaxTopK)
-    return "top_k " + std::to_string(top_k) + " is outside the kernel's 1.." + std::to_string(kMaxTopK);
   if ((vocab_ + ctas_ - 1) / ctas_ > cap)
     return "a CTA's vocabulary slice (" + std::to_string((vocab_ + ctas_ - 1) / ctas_) + " ids) exceeds the selection's " +
            std::to_string(cap);
-  if (ctas_ * top_k > cap)
-    return std::to_string(ctas_) + " CTAs x top_k " + std::to_string(top_k) + " candidates exceed the selection's " +
+  if (ctas_ * k > cap)
+    return std::to_string(ctas_) + " CTAs x " + what + " " + std::to_string(k) + " candidates exceed the selection's " +
            std::to_string(cap);
   return {};
 }
 
+std::string Megakernel::filter_unsupported_reason(int top_k) const {
+  if (top_k < 1 || top_k > kMaxTopK)
+    return "top_k " + std::to_string(top_k) + " is outside the kernel's 1.." + std::to_string(kMaxTopK);
+  return top_k_capacity_reason(top_k, "top_k");
+}
+
 std::string Megakernel::logprob_unsupported_reason(int top) const {
   static_assert(kMaxLogprobTop == kMaxTopLogprobs, "a logprob record holds every alternative a request may ask for");
-  const int cap = kThreads * kSelPerThread;
   if (top < 0 || top > kMaxLogprobTop)
     return "top logprobs " + std::to_string(top) + " is outside the kernel's 0.." + std::to_string(kMaxLogprobTop);
-  if (top > 0 && (vocab_ + ctas_ - 1) / ctas_ > cap)
-    return "a CTA's vocabulary slice (" + std::to_string((vocab_ + ctas_ - 1) / ctas_) + " ids) exceeds the selection's " +
-           std::to_string(cap);
-  if (ctas_ * top > cap)
-    return std::to_string(ctas_) + " CTAs x " + std::to_string(top) + " top logprobs exceed the selection's " +
-           std::to_string(cap);
-  return {};
+  return top > 0 ? top_k_capacity_reason(top, "top logprobs") : std::string();
 }
 
 // The per-operator device sampler's rules (kernels/sampling.cuh, nucleus.cuh), mapped onto the

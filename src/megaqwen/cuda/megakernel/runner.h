@@ -94,6 +94,7 @@ class Megakernel {
   std::string timing_report() const;
 
  private:
+  std::string top_k_capacity_reason(int k, const std::string& what) const;
   int launch_once(int pos, const RunRequest& req, int32_t token, int max_tokens, uint64_t step, float* logits_out,
                   const TokenSink& on_token, bool* host_stopped, bool* kernel_finished);
   // Deadlock diagnosis (MEGAQWEN_MK_WATCHDOG_S, default 20 s without a new token): reads the counters
