@@ -626,7 +626,7 @@ TEST(MegakernelFull, Qwen3_06bMatchesPerOpAndCpu) {
   CpuEngine cpu(model, {.context = 512, .threads = 0});
   cpu.prefill(prompt);
   MkRun head{std::vector<int32_t>(run.tokens.begin(), run.tokens.begin() + 24),
-             std::vector<float>(run.logits.begin(), run.logits.begin() + long(24 * V))};
+             std::vector<float>(run.logits.begin(), run.logits.begin() + long(24 * V)), {}};
   int hard_cpu = 0;
   const double vs_cpu = compare_teacher_forced(cpu, first, head, V, &hard_cpu);
   EXPECT_LE(vs_cpu, kGpuLogitTolerance);
