@@ -209,6 +209,11 @@ bool Tokenizer::is_special(std::int32_t id) const {
   return id >= 0 && static_cast<std::size_t>(id) < impl_->kinds.size() && impl_->kinds[id] == Kind::kSpecial;
 }
 
+bool Tokenizer::is_added(std::int32_t id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->kinds.size() &&
+         (impl_->kinds[id] == Kind::kSpecial || impl_->kinds[id] == Kind::kAdded);
+}
+
 const std::string& Tokenizer::pretokenizer_pattern() const { return impl_->splitter->pattern(); }
 
 }  // namespace megaqwen

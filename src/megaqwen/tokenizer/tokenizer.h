@@ -40,6 +40,8 @@ class Tokenizer {
   std::optional<std::int32_t> token_id(std::string_view token) const;
   std::int32_t vocab_size() const;  // 1 + highest id
   bool is_special(std::int32_t id) const;
+  // An added token (tokenizer.json added_tokens: <|im_end|>, <think>, ...), special or not.
+  bool is_added(std::int32_t id) const;
 
   // The pre-tokenizer pattern in use (as read from the files).
   const std::string& pretokenizer_pattern() const;

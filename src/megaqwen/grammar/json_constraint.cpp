@@ -1,0 +1,97 @@
+#include "megaqwen/grammar/json_constraint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+
+namespace {
+
+constexpr size_t kMaxCachedMasks = 512;  // ~19 KB each for Qwen's vocabulary
+
+// The state as bytes: the cache key.
+std::string state_key(const JsonRecognizer::State& state) {
+  std::string key;
+  for (const auto& t : state) {
+    const char* p = reinterpret_cast<const char*>(&t);
+    key.append(p, offsetof(JsonRecognizer::Thread, frames) + t.depth * sizeof(JsonRecognizer::Frame));
+  }
+  return key;
+}
+
+}  // namespace
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
+                               std::vector<int32_t> end_ids, std::optional<int32_t> start_after)
+    : recognizer_(std::move(grammar)),
+      trie_(std::move(trie)),
+      end_ids_(std::move(end_ids)),
+      start_after_(start_after),
+      active_(!start_after) {
+  levels_.resize(trie_->max_token_bytes() + 1);
+}
+
+const std::vector<uint64_t>& JsonConstraint::allowed() {
+  if (current_) return *current_;
+  std::string key = state_key(recognizer_.state());
+  if (auto it = cache_.find(key); it != cache_.end()) return *(current_ = &it->second);
+  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  std::vector<uint64_t> bits((size_t(trie_->vocab_size()) + 63) / 64 + 1, 0);
+  if (recognizer_.complete())
+    for (int32_t id : end_ids_)
+      if (id >= 0) {
+        if (size_t(id) / 64 >= bits.size()) bits.resize(size_t(id) / 64 + 1, 0);
+        bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+      }
+  levels_[0] = recognizer_.state();
+  walk(0, 0, bits);
+  ++walks_;
+  return *(current_ = &cache_.emplace(std::move(key), std::move(bits)).first->second);
+}
+
+// Tries every edge below `node`, whose prefix led to levels_[level]; sets the bits of the tokens
+// that end where a prefix is still accepted.
+void JsonConstraint::walk(uint32_t node, size_t level, std::vector<uint64_t>& bits) {
+  const TokenTrie::Node& n = trie_->nodes()[node];
+  for (uint32_t e = n.first_edge; e < n.first_edge + n.edges; ++e) {
+    recognizer_.step(levels_[level], trie_->edge_byte(e), levels_[level + 1]);
+    if (levels_[level + 1].empty()) continue;
+    const uint32_t child = trie_->edge_child(e);
+    const TokenTrie::Node& c = trie_->nodes()[child];
+    for (uint32_t i = c.first_token; i < c.first_token + c.tokens; ++i) {
+      const int32_t id = trie_->token_id(i);
+      bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+    }
+    walk(child, level + 1, bits);
+  }
+}
+
+void JsonConstraint::mask(std::span<float> logits) {
+  if (!active_) return;
+  const std::vector<uint64_t>& bits = allowed();
+  bool any = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (allows(bits, int32_t(i)))
+      any = any || logits[i] > -INFINITY;
+    else
+      logits[i] = -INFINITY;
+  }
+  if (!any) fail("the JSON constraint leaves no token the model can produce next");
+}
+
+void JsonConstraint::accept(int32_t token) {
+  if (!active_) {
+    active_ = start_after_ && token == *start_after_;
+    return;
+  }
+  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
+  const std::string_view bytes = trie_->bytes(token);
+  if (bytes.empty() || !recognizer_.advance(bytes))
+    fail("token {} does not continue the constrained JSON (it was not among the allowed tokens)", token);
+  current_ = nullptr;
+}
+
+}  // namespace megaqwen

@@ -1,0 +1,433 @@
+#include "megaqwen/grammar/json_recognizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+
+namespace {
+
+using Kind = JsonGrammar::Kind;
+using Frame = JsonRecognizer::Frame;
+using Thread = JsonRecognizer::Thread;
+using State = JsonRecognizer::State;
+
+enum Type : uint8_t { kValue = 1, kObject, kKey, kArray, kString, kNumber, kLiterals };
+
+// Object phases: after '{', after ',', after a key (':' next), after a value (',' or '}' next).
+enum : uint8_t { kObjOpen, kObjKeyNext, kObjAfterKey, kObjAfterValue };
+constexpr uint64_t kAdditionalKey = ~uint64_t(0);  // object.bits while a free key is read
+// Array phases: after '[', after an item.
+enum : uint8_t { kArrOpen, kArrAfterItem };
+// String phases; kStrHex counts its remaining digits in pos, kStrUtf8 its remaining continuation
+// bytes in pos and the range of the next one in bits (lo | hi << 8).
+enum : uint8_t { kStrNormal, kStrEscape, kStrHex, kStrUtf8 };
+// Number phases (RFC 8259's grammar): after '-', after a leading 0, in the integer digits, after '.',
+// in the fraction, after 'e', after the exponent's sign, in the exponent.
+// The exponent has at most two digits (kNumExp1, kNumExp2): 1e308 and beyond overflow a double,
+// and parsers refuse or turn them into infinity.
+enum : uint8_t { kNumSign, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumExpSign, kNumExp1, kNumExp2, kNumNone };
+// Integers stay within int64 (18 bytes, the sign included).
+constexpr uint16_t kMaxIntegerBytes = 18;
+
+bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+bool number_accepts(uint8_t phase) {
+  return phase == kNumZero || phase == kNumInt || phase == kNumFrac || phase == kNumExp1 || phase == kNumExp2;
+}
+
+uint8_t number_next(uint8_t phase, uint8_t c, bool integer) {
+  const bool digit = is_digit(c), e = c == 'e' || c == 'E';
+  switch (phase) {
+    case kNumSign: return c == '0' ? kNumZero : digit ? kNumInt : kNumNone;
+    case kNumZero: return integer ? kNumNone : c == '.' ? kNumDot : e ? kNumE : kNumNone;
+    case kNumInt: return digit ? kNumInt : integer ? kNumNone : c == '.' ? kNumDot : e ? kNumE : kNumNone;
+    case kNumDot: return digit ? kNumFrac : kNumNone;
+    case kNumFrac: return digit ? kNumFrac : e ? kNumE : kNumNone;
+    case kNumE: return c == '+' || c == '-' ? kNumExpSign : digit ? kNumExp1 : kNumNone;
+    case kNumExpSign: return digit ? kNumExp1 : kNumNone;
+    case kNumExp1: return digit ? kNumExp2 : kNumNone;
+  }
+  return kNumNone;
+}
+
+// A counter that only matters up to `min` (no upper bound) stays there, so equal behaviour means
+// equal state.
+uint32_t bump(uint32_t count, const JsonGrammar::Node& n) {
+  ++count;
+  return n.max == JsonGrammar::kUnbounded ? std::min(count, n.min) : count;
+}
+
+bool required_from(const JsonGrammar::Node& n, uint32_t from) {
+  for (size_t i = from; i < n.properties.size(); ++i)
+    if (n.properties[i].required) return true;
+  return false;
+}
+
+// Declared properties that may come next: from `from` up to the first required one.
+uint64_t key_candidates(const JsonGrammar::Node& n, uint32_t from) {
+  uint64_t mask = 0;
+  for (size_t i = from; i < n.properties.size(); ++i) {
+    mask |= uint64_t(1) << i;
+    if (n.properties[i].required) break;
+  }
+  return mask;
+}
+
+bool extra_key_allowed(const JsonGrammar::Node& n, uint32_t from) {
+  return n.additional >= 0 && !required_from(n, from);
+}
+
+size_t used_bytes(const Thread& t) { return size_t(t.depth) * sizeof(Frame); }
+
+}  // namespace
+
+JsonRecognizer::Thread::Thread(const Thread& o) : depth(o.depth), whitespace(o.whitespace) {
+  std::memcpy(frames, o.frames, used_bytes(o));
+}
+
+JsonRecognizer::Thread& JsonRecognizer::Thread::operator=(const Thread& o) {
+  depth = o.depth;
+  whitespace = o.whitespace;
+  std::memmove(frames, o.frames, used_bytes(o));
+  return *this;
+}
+
+bool JsonRecognizer::Thread::operator==(const Thread& o) const {
+  return depth == o.depth && whitespace == o.whitespace && std::memcmp(frames, o.frames, used_bytes(*this)) == 0;
+}
+
+bool JsonRecognizer::Thread::operator<(const Thread& o) const {
+  if (depth != o.depth) return depth < o.depth;
+  if (whitespace != o.whitespace) return whitespace < o.whitespace;
+  return std::memcmp(frames, o.frames, used_bytes(*this)) < 0;
+}
+
+JsonRecognizer::JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {
+  Thread t;
+  t.depth = 1;
+  t.frames[0] = Frame{};
+  t.frames[0].node = uint32_t(grammar_->root);
+  t.frames[0].type = kValue;
+  state_.push_back(t);
+}
+
+bool JsonRecognizer::advance(std::string_view bytes) {
+  State next, cur = state_;
+  for (char c : bytes) {
+    step(cur, uint8_t(c), next);
+    if (next.empty()) return false;
+    cur.swap(next);
+  }
+  state_.swap(cur);
+  return true;
+}
+
+bool JsonRecognizer::complete(const State& state) {
+  for (const Thread& t : state)
+    if (t.depth == 0 || (t.depth == 1 && t.frames[0].type == kNumber && number_accepts(t.frames[0].phase)))
+      return true;
+  return false;
+}
+
+void JsonRecognizer::step(const State& in, uint8_t byte, State& out) const {
+  out.clear();
+  for (const Thread& t : in) feed(t, byte, out);
+  if (!is_ws(byte))
+    for (Thread& t : out) t.whitespace = 0;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.size() > kMaxThreads)
+    fail("the response schema is too ambiguous: more than {} readings of the reply at once", kMaxThreads);
+}
+
+bool JsonRecognizer::push(Thread& t, Frame f) const {
+  if (t.depth >= kMaxDepth) return false;
+  t.frames[t.depth++] = f;
+  return true;
+}
+
+// Replaces the top frame (a value expected of `node`) by what byte c starts.
+void JsonRecognizer::expect_value(Thread& t, uint32_t node, uint8_t c, State& out) const {
+  const JsonGrammar::Node& n = grammar_->nodes[node];
+  Frame f{};
+  f.node = node;
+  switch (n.kind) {
+    case Kind::AnyOf:
+      for (int alt : n.alternatives) {
+        Thread u = t;
+        u.top().node = uint32_t(alt);
+        expect_value(u, uint32_t(alt), c, out);
+      }
+      return;
+    case Kind::Object:
+      if (c != '{') return;
+      f.type = kObject;
+      f.phase = kObjOpen;
+      break;
+    case Kind::Array:
+      if (c != '[') return;
+      f.type = kArray;
+      f.phase = kArrOpen;
+      break;
+    case Kind::String:
+      if (c != '"') return;
+      f.type = kString;
+      f.phase = kStrNormal;
+      break;
+    case Kind::Number:
+    case Kind::Integer:
+      f.type = kNumber;
+      f.pos = 1;
+      f.phase = c == '-' ? kNumSign : c == '0' ? kNumZero : is_digit(c) ? kNumInt : kNumNone;
+      if (f.phase == kNumNone) return;
+      break;
+    case Kind::Literals:
+      f.type = kLiterals;
+      f.bits = uint64_t(n.literals.size()) << 32;  // the range [0, size)
+      t.top() = f;
+      feed(t, c, out);
+      return;
+  }
+  t.top() = f;
+  out.push_back(t);
+}
+
+// After an object's '"': a declared property's key, or a free key where the schema allows one.
+void JsonRecognizer::start_key(Thread t, State& out) const {
+  Frame& obj = t.top();
+  const JsonGrammar::Node& n = grammar_->nodes[obj.node];
+  const uint64_t mask = key_candidates(n, obj.count);
+  const bool extra = extra_key_allowed(n, obj.count);
+  obj.phase = kObjAfterKey;
+  if (mask) {
+    Thread u = t;
+    Frame key{};
+    key.bits = mask;
+    key.node = obj.node;
+    key.type = kKey;
+    if (push(u, key)) out.push_back(u);
+  }
+  if (extra) {
+    t.top().bits = kAdditionalKey;
+    Frame key{};
+    key.node = uint32_t(grammar_->key_string);
+    key.type = kString;
+    key.phase = kStrNormal;
+    if (push(t, key)) out.push_back(t);
+  }
+}
+
+// Byte c into thread t; the threads it leads to go to `out`.
+void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
+  if (t.depth == 0) return;  // a whole value: nothing more
+  Frame& f = t.top();
+  const JsonGrammar::Node& n = grammar_->nodes[f.node];
+  auto whitespace = [&] {
+    if (t.whitespace < kMaxWhitespace) {
+      ++t.whitespace;
+      out.push_back(t);
+    }
+  };
+  auto pop = [&] {
+    --t.depth;
+    out.push_back(t);
+  };
+  switch (f.type) {
+    case kValue:
+      if (is_ws(c)) return whitespace();
+      return expect_value(t, f.node, c, out);
+
+    case kObject:
+      switch (f.phase) {
+        case kObjOpen:
+        case kObjKeyNext:
+          if (is_ws(c)) return whitespace();
+          if (c == '"') return start_key(t, out);
+          if (c == '}' && f.phase == kObjOpen && !required_from(n, f.count)) return pop();
+          return;
+        case kObjAfterKey: {
+          if (is_ws(c)) return whitespace();
+          if (c != ':') return;
+          const bool extra = f.bits == kAdditionalKey;
+          const int value = extra ? n.additional : n.properties[f.bits].node;
+          f.count = extra ? uint32_t(n.properties.size()) : uint32_t(f.bits + 1);
+          f.phase = kObjAfterValue;
+          Frame v{};
+          v.node = uint32_t(value);
+          v.type = kValue;
+          if (push(t, v)) out.push_back(t);
+          return;
+        }
+        case kObjAfterValue:
+          if (is_ws(c)) return whitespace();
+          if (c == ',' && (key_candidates(n, f.count) || extra_key_allowed(n, f.count))) {
+            f.phase = kObjKeyNext;
+            out.push_back(t);
+          } else if (c == '}' && !required_from(n, f.count)) {
+            pop();
+          }
+          return;
+      }
+      return;
+
+    case kKey: {
+      const JsonGrammar::Node& obj = grammar_->nodes[f.node];
+      uint64_t kept = 0;
+      int completed = -1;
+      for (uint64_t bits = f.bits; bits; bits &= bits - 1) {
+        const int p = __builtin_ctzll(bits);
+        const std::string& text = obj.properties[size_t(p)].key_text;
+        if (text.size() > f.pos && uint8_t(text[f.pos]) == c) {
+          kept |= uint64_t(1) << p;
+          if (text.size() == size_t(f.pos) + 1) completed = p;
+        }
+      }
+      if (!kept) return;
+      if (completed >= 0) {  // JSON strings are prefix-free: the completed key is the only one left
+        --t.depth;
+        t.top().bits = uint64_t(completed);
+        out.push_back(t);
+        return;
+      }
+      f.bits = kept;
+      ++f.pos;
+      out.push_back(t);
+      return;
+    }
+
+    case kArray:
+      if (is_ws(c)) return whitespace();
+      if (f.phase == kArrOpen) {
+        if (c == ']') {
+          if (n.min == 0) pop();
+          return;
+        }
+        if (n.max == 0) return;
+        f.count = bump(0, n);
+        f.phase = kArrAfterItem;
+        Frame v{};
+        v.node = uint32_t(n.items);
+        v.type = kValue;
+        if (push(t, v)) feed(t, c, out);
+        return;
+      }
+      if (c == ',' && f.count < n.max) {
+        f.count = bump(f.count, n);
+        Frame v{};
+        v.node = uint32_t(n.items);
+        v.type = kValue;
+        if (push(t, v)) out.push_back(t);
+      } else if (c == ']' && f.count >= n.min) {
+        pop();
+      }
+      return;
+
+    case kString:
+      switch (f.phase) {
+        case kStrNormal:
+          if (c == '"') {
+            if (f.count >= n.min) pop();
+            return;
+          }
+          if (c < 0x20 || f.count >= n.max) return;
+          if (c == '\\') {
+            f.phase = kStrEscape;
+          } else if (c >= 0x80) {
+            // UTF-8 lead byte: how many continuation bytes follow, and the range of the first.
+            uint8_t lo = 0x80, hi = 0xBF, more = 0;
+            if (c >= 0xC2 && c <= 0xDF) more = 1;
+            else if (c == 0xE0) more = 2, lo = 0xA0;
+            else if (c == 0xED) more = 2, hi = 0x9F;
+            else if (c >= 0xE1 && c <= 0xEF) more = 2;
+            else if (c == 0xF0) more = 3, lo = 0x90;
+            else if (c >= 0xF1 && c <= 0xF3) more = 3;
+            else if (c == 0xF4) more = 3, hi = 0x8F;
+            else return;
+            f.phase = kStrUtf8;
+            f.pos = more;
+            f.bits = uint64_t(lo) | uint64_t(hi) << 8;
+          }
+          f.count = bump(f.count, n);
+          out.push_back(t);
+          return;
+        case kStrEscape:
+          if (c == 'u') {
+            f.phase = kStrHex;
+            f.pos = 4;
+          } else if (std::strchr("\"\\/bfnrt", c) && c != 0) {
+            f.phase = kStrNormal;
+          } else {
+            return;
+          }
+          out.push_back(t);
+          return;
+        case kStrHex:
+          // No surrogate escapes (\uD800 .. \uDFFF): a lone one is invalid, and a pair would be
+          // counted as two characters. The model writes such characters as UTF-8.
+          if (!is_hex(c)) return;
+          if (f.pos == 4) f.bits = c == 'd' || c == 'D';
+          if (f.pos == 3 && f.bits && !(c >= '0' && c <= '7')) return;
+          if (--f.pos == 0) {
+            f.phase = kStrNormal;
+            f.bits = 0;
+          }
+          out.push_back(t);
+          return;
+        case kStrUtf8:
+          if (c < uint8_t(f.bits & 0xFF) || c > uint8_t(f.bits >> 8)) return;
+          f.bits = 0x80 | uint64_t(0xBF) << 8;
+          if (--f.pos == 0) {
+            f.phase = kStrNormal;
+            f.bits = 0;
+          }
+          out.push_back(t);
+          return;
+      }
+      return;
+
+    case kNumber: {
+      const bool integer = n.kind == Kind::Integer;
+      const uint16_t limit = integer ? kMaxIntegerBytes : uint16_t(kMaxNumberBytes);
+      const uint8_t next = number_next(f.phase, c, integer);
+      // Room for the byte, and for one more when the number could not end after it.
+      if (next != kNumNone && f.pos < limit && (number_accepts(next) || f.pos + 1 < limit)) {
+        f.phase = next;
+        ++f.pos;
+        out.push_back(t);
+      } else if (number_accepts(f.phase)) {
+        --t.depth;  // the number ended before c: c belongs to what follows
+        feed(t, c, out);
+      }
+      return;
+    }
+
+    case kLiterals: {
+      // Candidates [lo, hi) share their first pos bytes; those that go on with c are contiguous.
+      uint32_t lo = uint32_t(f.bits), hi = uint32_t(f.bits >> 32);
+      const auto& lits = n.literals;
+      while (lo < hi && !(lits[lo].size() > f.pos && uint8_t(lits[lo][f.pos]) == c)) ++lo;
+      uint32_t end = lo;
+      while (end < hi && lits[end].size() > f.pos && uint8_t(lits[end][f.pos]) == c) ++end;
+      if (lo == end) return;
+      ++f.pos;
+      if (lits[lo].size() == f.pos) {  // sorted: a finished candidate comes first
+        if (end - lo > 1) {             // longer ones go on ("1" and "12")
+          Thread u = t;
+          u.top().bits = uint64_t(lo + 1) | uint64_t(end) << 32;
+          out.push_back(u);
+        }
+        return pop();
+      }
+      f.bits = uint64_t(lo) | uint64_t(end) << 32;
+      out.push_back(t);
+      return;
+    }
+  }
+}
+
+}  // namespace megaqwen

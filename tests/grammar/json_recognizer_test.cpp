@@ -1,0 +1,254 @@
+// JsonRecognizer over grammars compiled from schemas: the JSON it must take (compact and pretty),
+// what it must refuse, and random byte walks: every prefix it allows can be completed, and every
+// whole value it allows parses and validates against the schema.
+#include "megaqwen/grammar/json_recognizer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "grammar/schema_validator.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+namespace {
+
+using test::ojson;
+
+std::shared_ptr<const JsonGrammar> grammar_of(const ojson& schema) {
+  return std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(schema));
+}
+
+bool accepts(const std::shared_ptr<const JsonGrammar>& g, std::string_view text) {
+  JsonRecognizer r(g);
+  return r.advance(text) && r.complete();
+}
+
+// Whether `text` is a prefix the recognizer allows (not necessarily whole).
+bool allows_prefix(const std::shared_ptr<const JsonGrammar>& g, std::string_view text) {
+  JsonRecognizer r(g);
+  return r.advance(text);
+}
+
+const ojson kPerson = ojson::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8},
+    "age": {"type": "integer"},
+    "email": {"type": ["string", "null"]},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
+    "score": {"type": "number"}
+  },
+  "required": ["name", "age"],
+  "additionalProperties": false
+})");
+
+const ojson kTree = ojson::parse(R"({
+  "$defs": {"node": {"type": "object", "properties": {
+    "value": {"type": "integer"},
+    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+    "required": ["value"]}},
+  "$ref": "#/$defs/node"
+})");
+
+const ojson kAmbiguous = ojson::parse(R"({"anyOf": [
+  {"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]},
+  {"type": "object", "properties": {"a": {"const": 12}, "b": {"type": "boolean"}}, "required": ["a", "b"]},
+  {"type": "array", "items": {"type": "number"}}
+]})");
+
+const ojson kEnum = ojson::parse(R"({"enum": [1, 12, 123, "x", null, true, {"k": [1]}, -0.5]})");
+
+const ojson kExtra = ojson::parse(R"({"type": "object", "properties": {"id": {"type": "integer"}},
+  "required": ["id"], "additionalProperties": {"type": "string", "maxLength": 3}})");
+
+const ojson kOddKeys = ojson::parse(R"({"type": "object", "properties": {
+  "a\"b": {"type": "string"}, "ü": {"type": "boolean"}, "": {"type": "null"}}, "required": ["a\"b", "ü", ""]})");
+
+TEST(JsonRecognizer, TakesConformingValuesCompactAndPretty) {
+  const std::vector<std::pair<ojson, std::vector<ojson>>> cases = {
+      {kPerson,
+       {ojson::parse(R"({"name": "Ann", "age": 30})"),
+        ojson::parse(R"({"name": "Bob Lee", "age": -7, "email": null, "tags": ["a", "c"], "score": 1.5e3})"),
+        ojson::parse(R"({"name": "Żółw", "age": 0, "email": "z@x.pl", "score": -0.25})"),
+        ojson::parse(R"({"name": "x", "age": 1, "tags": ["b", "b", "b"]})")}},
+      {kTree,
+       {ojson::parse(R"({"value": 1})"),
+        ojson::parse(R"({"value": 1, "children": [{"value": 2}, {"value": 3, "children": [{"value": 4}]}]})")}},
+      {kAmbiguous,
+       {ojson::parse(R"({"a": 1})"), ojson::parse(R"({"a": 12, "b": false})"), ojson::parse("[1, 2.5, -3e-2]"),
+        ojson::parse("[]")}},
+      {kEnum, {1, 12, 123, "x", nullptr, true, ojson::parse(R"({"k": [1]})"), -0.5}},
+      {kExtra, {ojson::parse(R"({"id": 5})"), ojson::parse(R"({"id": 5, "zz": "abc", "q": ""})")}},
+      {kOddKeys, {ojson::parse(R"({"a\"b": "\n\u00e9", "ü": true, "": null})")}},
+      {ojson::parse(R"({"type": "number"})"), {0, -1, 3.25, 1e99, -2.5e-7, 12345678901234567}},
+      {ojson::parse(R"({"type": "integer"})"), {0, -15, 900}},
+      {ojson::parse("true"), {ojson::parse(R"({"x": [1, {"y": null}], "s": "\t\u0001"})"), "s", 0.5, false}},
+  };
+  for (const auto& [schema, values] : cases) {
+    const auto g = grammar_of(schema);
+    for (const ojson& v : values) {
+      EXPECT_TRUE(accepts(g, v.dump())) << schema.dump() << "\n  " << v.dump();
+      if (schema != kEnum)  // enum values are matched as compact text
+        EXPECT_TRUE(accepts(g, v.dump(2))) << schema.dump() << "\n  " << v.dump(2);
+      EXPECT_TRUE(accepts(g, "\n\n " + v.dump())) << "leading whitespace: " << v.dump();
+    }
+  }
+}
+
+TEST(JsonRecognizer, RefusesWhatTheSchemaDoesNot) {
+  const auto person = grammar_of(kPerson);
+  for (const char* bad : {
+           R"({"age": 3, "name": "Ann"})",                  // declared order
+           R"({"name": "Ann"})",                            // required age
+           R"({"name": "", "age": 3})",                     // minLength
+           R"({"name": "abcdefghi", "age": 3})",            // maxLength (9 characters)
+           R"({"name": "Ann", "age": 3.5})",                // integer
+           R"({"name": "Ann", "age": 3, "x": 1})",          // additionalProperties false
+           R"({"name": "Ann", "age": 3, "tags": []})",      // minItems
+           R"({"name": "Ann", "age": 3, "tags": ["a","a","a","a"]})",  // maxItems
+           R"({"name": "Ann", "age": 3, "tags": ["d"]})",   // enum
+           R"({"name": "Ann", "age": 03})",                 // leading zero
+           R"({"name": "Ann", "age": 3,})",                 // trailing comma
+           R"({"name": "A\x", "age": 3})",                  // bad escape
+           R"({"name": "\ud83d\ude00", "age": 3})",         // surrogate escapes
+           "{\"name\": \"A\x01\", \"age\": 3}",             // raw control character
+           "{\"name\": \"\xC0\xAF\", \"age\": 3}",          // overlong UTF-8
+           "{\"name\": \"\xED\xA0\x80\", \"age\": 3}",      // UTF-8 surrogate
+           R"({"name": "Ann", "age": 3} )",                 // bytes after the value
+           R"([])",
+       })
+    EXPECT_FALSE(accepts(person, bad)) << bad;
+  const auto amb = grammar_of(kAmbiguous);
+  for (const char* bad : {R"({"a": 12})", R"({"a": 1, "b": true})", R"({"a": 123})", R"(["x"])"})
+    EXPECT_FALSE(accepts(amb, bad)) << bad;
+  const auto extra = grammar_of(kExtra);
+  EXPECT_FALSE(accepts(extra, R"({"zz": "a", "id": 5})"));  // extra keys after the declared ones
+  EXPECT_FALSE(accepts(extra, R"({"id": 5, "zz": "abcd"})"));
+  const auto e = grammar_of(kEnum);
+  for (const char* bad : {"2", "1234", "\"y\"", "false", "{\"k\": [2]}", "-0.50", "{\"k\":[1]} "})
+    EXPECT_FALSE(accepts(e, bad)) << bad;
+  // Prefixes: a number may still grow; an unfinished object is not whole.
+  EXPECT_TRUE(allows_prefix(e, "12"));
+  EXPECT_TRUE(accepts(e, "12"));
+  EXPECT_TRUE(allows_prefix(person, "{\"name\": \"A"));
+  EXPECT_FALSE(accepts(person, "{\"name\": \"A\""));
+}
+
+TEST(JsonRecognizer, BoundsWhitespaceNumbersAndDepth) {
+  const auto any = std::make_shared<const JsonGrammar>(JsonGrammar::object());
+  EXPECT_TRUE(allows_prefix(any, std::string(JsonRecognizer::kMaxWhitespace, ' ')));
+  EXPECT_FALSE(allows_prefix(any, std::string(JsonRecognizer::kMaxWhitespace + 1, ' ')));
+  EXPECT_TRUE(accepts(any, "{\"a\":" + std::string(JsonRecognizer::kMaxWhitespace, '\n') + "1}"));
+  EXPECT_FALSE(accepts(any, "[]")) << "json_object means an object";
+  const auto number = grammar_of(ojson::parse(R"({"type": "number"})"));
+  EXPECT_TRUE(accepts(number, std::string(JsonRecognizer::kMaxNumberBytes, '7')));
+  EXPECT_FALSE(allows_prefix(number, std::string(JsonRecognizer::kMaxNumberBytes + 1, '7')));
+  // At the byte limit a number must be able to end: "1e" with one byte left would be stuck.
+  EXPECT_FALSE(allows_prefix(number, std::string(JsonRecognizer::kMaxNumberBytes - 1, '1') + "e"));
+  EXPECT_TRUE(accepts(number, std::string(JsonRecognizer::kMaxNumberBytes - 2, '1') + "e5"));
+  EXPECT_TRUE(accepts(number, "-1.5E+99"));
+  EXPECT_FALSE(allows_prefix(number, "1e999")) << "exponents of two digits";
+  const auto integer = grammar_of(ojson::parse(R"({"type": "integer"})"));
+  EXPECT_TRUE(accepts(integer, "-99999999999999999"));
+  EXPECT_TRUE(accepts(integer, "999999999999999999"));
+  EXPECT_FALSE(allows_prefix(integer, "9999999999999999999")) << "19 digits could pass int64";
+  std::string deep = "{\"a\":";
+  for (int i = 0; i < 40; ++i) deep += "[";
+  EXPECT_FALSE(allows_prefix(any, deep));
+  std::string ok = "{\"a\":";
+  for (int i = 0; i < JsonRecognizer::kMaxDepth - 2; ++i) ok += "[";
+  EXPECT_TRUE(allows_prefix(any, ok));
+}
+
+// A random byte walk: at each step the bytes the recognizer allows (there must be one unless the
+// value is whole); past `soft_limit` bytes closing bytes are preferred so the walk ends.
+std::string random_walk(const std::shared_ptr<const JsonGrammar>& g, std::mt19937_64& rng, size_t soft_limit) {
+  JsonRecognizer r(g);
+  JsonRecognizer::State state = r.state(), next;
+  std::string text;
+  while (true) {
+    const bool whole = JsonRecognizer::complete(state);
+    if (whole && (rng() % 3 == 0 || text.size() > soft_limit)) return text;
+    std::vector<uint8_t> fits;
+    for (int b = 0; b < 256; ++b) {
+      r.step(state, uint8_t(b), next);
+      if (!next.empty()) fits.push_back(uint8_t(b));
+    }
+    if (fits.empty()) {
+      EXPECT_TRUE(whole) << "dead end after: " << text;
+      return text;
+    }
+    uint8_t pick = fits[rng() % fits.size()];
+    if (text.size() > soft_limit) {
+      for (uint8_t closer : {'"', '}', ']', '0', 'n', 't'})
+        if (std::find(fits.begin(), fits.end(), closer) != fits.end()) {
+          pick = closer;
+          break;
+        }
+    } else if (rng() % 4 == 0) {
+      // Plain characters now and then, so strings and numbers are not all random high bytes.
+      std::vector<uint8_t> plain;
+      for (uint8_t b : fits)
+        if (b < 0x80) plain.push_back(b);
+      if (!plain.empty()) pick = plain[rng() % plain.size()];
+    }
+    r.step(state, pick, next);
+    state.swap(next);
+    text += char(pick);
+    if (text.size() > 20000) {
+      ADD_FAILURE() << "the walk does not end: " << text.substr(0, 200);
+      return text;
+    }
+  }
+}
+
+TEST(JsonRecognizer, RandomWalksNeverDeadEndAndAlwaysValidate) {
+  std::mt19937_64 rng(20261121);
+  const std::vector<ojson> schemas = {kPerson, kTree, kAmbiguous, kEnum, kExtra, kOddKeys,
+                                      ojson::parse(R"({"type": "object"})"), ojson::parse("{}")};
+  for (const ojson& schema : schemas) {
+    const auto g = grammar_of(schema);
+    for (int i = 0; i < 60; ++i) {
+      const std::string text = random_walk(g, rng, 40 + 10 * size_t(i % 8));
+      ojson v;
+      try {
+        v = ojson::parse(text);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << schema.dump() << "\n  not JSON: " << text << "\n  " << e.what();
+        continue;
+      }
+      EXPECT_TRUE(test::validates(v, schema, schema)) << schema.dump() << "\n  " << text;
+    }
+  }
+}
+
+TEST(JsonRecognizer, FollowsTheSchemaKeyOrder) {
+  const auto g = grammar_of(kPerson);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 40; ++i) {
+    const ojson v = ojson::parse(random_walk(g, rng, 60));
+    std::vector<std::string> keys;
+    for (const auto& [k, unused] : v.items()) keys.push_back(k);
+    ASSERT_GE(keys.size(), 2u);
+    EXPECT_EQ(keys[0], "name");
+    EXPECT_EQ(keys[1], "age");
+    const std::vector<std::string> order = {"name", "age", "email", "tags", "score"};
+    for (size_t k = 1; k < keys.size(); ++k)
+      EXPECT_LT(std::find(order.begin(), order.end(), keys[k - 1]), std::find(order.begin(), order.end(), keys[k]));
+  }
+}
+
+TEST(JsonRecognizer, AStepThatFailsLeavesTheStateAsItWas) {
+  JsonRecognizer r(grammar_of(kPerson));
+  ASSERT_TRUE(r.advance("{\"na"));
+  const JsonRecognizer::State before = r.state();
+  EXPECT_FALSE(r.advance("mx"));
+  EXPECT_EQ(r.state(), before);
+  EXPECT_TRUE(r.advance("me\":\"Al\",\"age\":1}"));
+  EXPECT_TRUE(r.complete());
+}
+
+}  // namespace
+}  // namespace megaqwen
