@@ -164,10 +164,14 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   // score the tokens there when logprobs are asked for; an engine that cannot (nullopt) gets the
   // logits copied to the host and scored here.
   const int device_logprobs = req.logprobs ? top : kNoLogprobs;
-  bool device_sampling = false, device_runs = true;
+  OutputConstraint* constraint = req.constraint.get();
+  bool device_sampling = false, device_runs = constraint == nullptr;
   auto host_sample = [&]() -> int32_t {
     if (req.logprobs) raw_logits = logits;
-    return sampler.sample(logits, history);
+    if (constraint) constraint->mask(logits);
+    const int32_t drawn = sampler.sample(logits, history);
+    if (constraint) constraint->accept(drawn);
+    return drawn;
   };
   // The next token and, when the device drew it with them, its log-probabilities.
   auto sample = [&]() -> DeviceDraw {
@@ -178,7 +182,8 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   int32_t token = 0;
   bool go = req.max_tokens > 0;
   if (go) {
-    std::optional<DeviceDraw> first = engine_.sample_on_device(req.sampling, history, device_logprobs);
+    std::optional<DeviceDraw> first =
+        constraint ? std::nullopt : engine_.sample_on_device(req.sampling, history, device_logprobs);
     device_sampling = first.has_value();
     if (!first) first = DeviceDraw{host_sample(), std::nullopt};
     token = first->token;

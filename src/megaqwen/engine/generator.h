@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/sampling/logprobs.h"
+#include "megaqwen/sampling/output_constraint.h"
 #include "megaqwen/sampling/sampler.h"
 
 namespace megaqwen {
@@ -33,6 +35,10 @@ struct GenerationRequest {
   // Also score the prompt: result.prompt_logprobs for prompt[1 ..], with `logprobs` alternatives (0
   // when nullopt). The whole prompt is prefilled again (a cached prefix has no logits to give).
   bool prompt_logprobs = false;
+  // Structured output (JsonConstraint): masks every draw and follows the tokens drawn. It needs the
+  // logits on the host, so decode runs per step there (no device sampling, no megakernel runs).
+  // Log-probabilities still score the unmasked logits.
+  std::shared_ptr<OutputConstraint> constraint;
 };
 
 struct GenerationResult {
