@@ -1,5 +1,7 @@
 // megaqwen generate: one prompt in, tokens streamed out as they come.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -9,6 +11,7 @@
 #include "cli/common_options.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/engine/stop_tokens.h"
+#include "megaqwen/grammar/json_constraint.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/tokenizer/tokenizer.h"
 #include "megaqwen/util/error.h"
@@ -25,7 +28,26 @@ struct GenerateArgs {
   std::vector<std::string> stops;
   bool print_ids = false, ignore_eos = false;
   std::optional<int> logprobs;
+  std::string json_schema;  // JSON text, or @FILE
+  bool json_object = false;
 };
+
+// --json-schema's grammar: the schema given as JSON text, or read from the file after an @.
+std::shared_ptr<const JsonGrammar> schema_grammar(const std::string& arg) {
+  std::string text = arg;
+  if (!arg.empty() && arg[0] == '@') {
+    std::ifstream in(arg.substr(1), std::ios::binary);
+    if (!in) fail("--json-schema: cannot read {}", arg.substr(1));
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(text);
+  } catch (const std::exception& e) {
+    fail("--json-schema: not JSON: {}", e.what());
+  }
+  return std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(schema, "--json-schema"));
+}
 
 // A token for the logprob table: its text as a JSON string (control bytes and partial UTF-8
 // escaped), or its id without a tokenizer.
@@ -67,6 +89,12 @@ void run_generate(const GenerateArgs& a) {
   req.stop_strings = a.stops;
   req.logprobs = a.logprobs;
   if (!a.ignore_eos) req.eos_ids = stop_token_ids(model->config, defaults, tokenizer ? &*tokenizer : nullptr);
+  if (!a.json_schema.empty() || a.json_object) {
+    if (a.ignore_eos) fail("--json-schema and --json end with the value: --ignore-eos does not go with them");
+    if (!tokenizer) tokenizer = load_model_tokenizer(model->dir, true);
+    auto grammar = a.json_object ? std::make_shared<const JsonGrammar>(JsonGrammar::object()) : schema_grammar(a.json_schema);
+    req.constraint = std::make_shared<JsonConstraint>(std::move(grammar), TokenTrie::of(*tokenizer), req.eos_ids);
+  }
   const bool text_out = tokenizer && !a.print_ids;
   if (tokenizer) req.token_bytes = [&](int32_t id) { return tokenizer->sampled_bytes(id); };
 
@@ -108,6 +136,9 @@ void add_generate_command(CLI::App& app) {
                   "After the text, print each generated token's log-probability and its position's N most likely "
                   "tokens (0-20) on stderr")
       ->check(CLI::Range(0, kMaxTopLogprobs));
+  auto* schema = cmd->add_option("--json-schema", a->json_schema,
+                                 "Constrain the output to JSON valid under this JSON Schema (text, or @FILE)");
+  cmd->add_flag("--json", a->json_object, "Constrain the output to a JSON object")->excludes(schema);
   a->sampling.add_to(cmd);
   cmd->callback([a] { run_generate(*a); });
 }

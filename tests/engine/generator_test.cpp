@@ -291,6 +291,46 @@ TEST(Generator, LogprobsFromTheDeviceKeepRunsOnTheDevice) {
   EXPECT_EQ(engine.decodes, 0);
 }
 
+// Allows only odd ids (and the eos); records what the generator told it.
+class OddTokensOnly final : public OutputConstraint {
+ public:
+  std::vector<std::string> events;
+  void mask(std::span<float> logits) override {
+    events.push_back("mask");
+    for (size_t i = 0; i < logits.size(); i += 2)
+      if (i != 8) logits[i] = -INFINITY;
+  }
+  void accept(int32_t token) override { events.push_back("accept " + std::to_string(token)); }
+};
+
+TEST(Generator, AConstraintMasksEveryDrawOnTheHost) {
+  ScriptedEngine engine(100, 64);
+  engine.device_runs = engine.device_logprobs = true;  // a device path it must not take
+  engine.next_[3] = 4;                                 // 4 is masked: the draw falls to the best odd id
+  Generator g(engine);
+  auto req = greedy({2}, 3);
+  auto constraint = std::make_shared<OddTokensOnly>();
+  req.constraint = constraint;
+  req.logprobs = 0;
+  const auto r = g.run(req);
+  // After 2 the scripted argmax 3 is odd; after 3 it is 4 (masked), so the lowest odd id of the
+  // tied rest: 1; after 1 it is 2 (masked): 1 again.
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{3, 1, 1}));
+  EXPECT_EQ(constraint->events,
+            (std::vector<std::string>{"mask", "accept 3", "mask", "accept 1", "mask", "accept 1"}));
+  EXPECT_EQ(engine.device_calls, 0);
+  EXPECT_EQ(engine.decodes, 2);
+  // Log-probabilities score the model's logits, not the masked ones: 4 was the likely one.
+  ASSERT_EQ(r.logprobs.size(), 3u);
+  EXPECT_NEAR(r.logprobs[1].logprob, scripted_logprob(100, false), 1e-6);
+  // The eos passes the mask and ends the run.
+  auto eos = greedy({7}, 5);
+  engine.next_[7] = 8;
+  eos.eos_ids = {8};
+  eos.constraint = std::make_shared<OddTokensOnly>();
+  EXPECT_EQ(g.run(eos).finish, FinishReason::Eos);
+}
+
 TEST(Generator, LogprobsEndAtEosAndRefuseBadCounts) {
   ScriptedEngine engine(100, 64);
   engine.next_[7] = 3;

@@ -107,21 +107,42 @@ TEST(JsonConstraint, MaskSetsEveryOtherLogitToMinusInfinity) {
   EXPECT_THROW(c.accept('x'), Error) << "a token the mask did not allow";
 }
 
-TEST(JsonConstraint, WaitsForItsStartToken) {
+TEST(JsonConstraint, LeavesTheThinkingFree) {
   const auto trie = std::make_shared<const TokenTrie>(toy_vocab());
-  const int32_t think_end = 9000;
-  JsonConstraint c(grammar_of(kPerson), trie, {kToyEnd}, think_end);
+  const JsonConstraint::ThinkTokens think{9000, 9001};
   std::vector<float> logits(size_t(kToyEnd) + 1, 1.0f);
-  c.mask(logits);
-  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return x == 1.0f; })) << "thinking: free";
-  c.accept('x');
-  c.accept(kToyEnd - 1);
-  EXPECT_FALSE(c.active());
-  c.accept(think_end);
-  EXPECT_TRUE(c.active());
-  c.mask(logits);
+  auto free = [&] { return std::all_of(logits.begin(), logits.end(), [](float x) { return x == 1.0f; }); };
+  // The prompt opened the thinking: free until </think>, then JSON.
+  JsonConstraint in(grammar_of(kPerson), trie, {kToyEnd}, think, true);
+  in.mask(logits);
+  EXPECT_TRUE(free());
+  in.accept('x');
+  in.accept(think.open);
+  EXPECT_TRUE(in.thinking());
+  in.accept(think.close);
+  EXPECT_FALSE(in.thinking());
+  in.mask(logits);
   EXPECT_EQ(logits[size_t('x')], -INFINITY);
   EXPECT_EQ(logits[size_t('{')], 1.0f);
+  EXPECT_EQ(logits[size_t(think.open)], -INFINITY) << "one thinking block";
+  // The reply may open one itself: <think> or the JSON's first token.
+  std::fill(logits.begin(), logits.end(), 1.0f);
+  JsonConstraint may(grammar_of(kPerson), trie, {kToyEnd}, think, false);
+  may.mask(logits);
+  EXPECT_EQ(logits[size_t(think.open)], 1.0f);
+  EXPECT_EQ(logits[size_t('{')], 1.0f);
+  EXPECT_EQ(logits[size_t('x')], -INFINITY);
+  may.accept(think.open);
+  std::fill(logits.begin(), logits.end(), 1.0f);
+  may.mask(logits);
+  EXPECT_TRUE(free());
+  // ... or start the JSON at once, after which <think> is just another refused token.
+  JsonConstraint direct(grammar_of(kPerson), trie, {kToyEnd}, think, false);
+  direct.accept('{');
+  std::fill(logits.begin(), logits.end(), 1.0f);
+  direct.mask(logits);
+  EXPECT_EQ(logits[size_t(think.open)], -INFINITY);
+  EXPECT_EQ(logits[size_t('"')], 1.0f);
 }
 
 class Qwen3Vocabulary : public ::testing::Test {

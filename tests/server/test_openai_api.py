@@ -245,6 +245,75 @@ def test_completion_logprobs_score_the_prompt_as_generation_scored_it(client):
 
 # ---- refusals ----
 
+PERSON = {"type": "object", "additionalProperties": False, "required": ["ok", "n", "color"],
+          "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
+                         "color": {"enum": ["red", "green", "blue"]}, "note": {"type": ["string", "null"], "maxLength": 6}}}
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def check_person(text):
+    value = json.loads(text)
+    assert list(value)[:3] == ["ok", "n", "color"] and set(value) <= {"ok", "n", "color", "note"}
+    assert isinstance(value["ok"], bool) and isinstance(value["n"], int) and value["color"] in ("red", "green", "blue")
+    if "note" in value:
+        assert value["note"] is None or (isinstance(value["note"], str) and len(value["note"]) <= 6)
+
+
+def test_response_format_json_schema(client):
+    # The random tiny model draws among what the schema allows; this schema bounds every free part (the
+    # integer's digits, the note's length, whitespace runs), so each reply ends as a whole value.
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for seed in range(6):
+        r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=400, temperature=1.0, seed=seed,
+                                           response_format=fmt, extra_body=NO_THINKING)
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+        check_person(r.choices[0].message.content)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=USER, max_tokens=400, temperature=1.0, seed=3,
+                                                 response_format=fmt, extra_body=NO_THINKING, stream=True))
+    check_person("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+    # Completions take it too (as vLLM's do).
+    done = client.completions.create(model=MODEL, prompt="JSON:", max_tokens=400, temperature=1.0, seed=1,
+                                     extra_body={"response_format": fmt})
+    check_person(done.choices[0].text)
+
+
+def test_response_format_json_object_and_thinking(client):
+    r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=60, temperature=1.0, seed=5,
+                                       response_format={"type": "json_object"}, extra_body=NO_THINKING)
+    text = r.choices[0].message.content
+    assert text.lstrip().startswith("{")
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    # With thinking on the reply may think first (left free); what follows the thinking is the JSON.
+    for seed in range(4):
+        r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=40, temperature=1.0, seed=seed,
+                                           response_format={"type": "json_object"})
+        content = r.choices[0].message.content or ""
+        reasoning = getattr(r.choices[0].message, "reasoning_content", None)
+        assert reasoning is not None or content.lstrip().startswith("{"), (reasoning, content)
+
+
+def test_response_format_refusals(server):
+    cases = [({"type": "xml"}, "response_format.type"),
+             ({"type": "json_schema"}, "response_format.json_schema"),
+             ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema"),
+             ({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "^a"}}},
+              "response_format.json_schema.schema"),
+             ({"type": "json_schema", "json_schema": {"schema": {"type": "object", "required": ["a"]}}},
+              "response_format.json_schema.schema"),
+             ("json", "response_format")]
+    for fmt, param in cases:
+        body = {"model": MODEL, "messages": USER, "response_format": fmt}
+        status, reply = raw(server, "POST", "/v1/chat/completions", body)
+        assert_error(status, reply, 400, param=param)
+    status, reply = raw(server, "POST", "/v1/chat/completions", {"model": MODEL, "messages": USER, "response_format": {
+        "type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "date"}}}})
+    assert "\"format\" is not supported" in reply["error"]["message"]
+    body = {"model": MODEL, "messages": USER, "tools": TOOLS, "tool_choice": "required",
+            "response_format": {"type": "json_object"}}
+    assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param="response_format")
+
+
 def test_authentication(server):
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

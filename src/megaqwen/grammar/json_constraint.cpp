@@ -25,12 +25,13 @@ std::string state_key(const JsonRecognizer::State& state) {
 }  // namespace
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
-                               std::vector<int32_t> end_ids, std::optional<int32_t> start_after)
+                               std::vector<int32_t> end_ids, std::optional<ThinkTokens> think,
+                               bool starts_in_thinking)
     : recognizer_(std::move(grammar)),
       trie_(std::move(trie)),
       end_ids_(std::move(end_ids)),
-      start_after_(start_after),
-      active_(!start_after) {
+      think_(think),
+      phase_(!think ? Phase::Json : starts_in_thinking ? Phase::Thinking : Phase::MayThink) {
   levels_.resize(trie_->max_token_bytes() + 1);
 }
 
@@ -70,11 +71,12 @@ void JsonConstraint::walk(uint32_t node, size_t level, std::vector<uint64_t>& bi
 }
 
 void JsonConstraint::mask(std::span<float> logits) {
-  if (!active_) return;
+  if (phase_ == Phase::Thinking) return;
   const std::vector<uint64_t>& bits = allowed();
+  const int32_t open = phase_ == Phase::MayThink ? think_->open : -1;
   bool any = false;
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (allows(bits, int32_t(i)))
+    if (allows(bits, int32_t(i)) || int32_t(i) == open)
       any = any || logits[i] > -INFINITY;
     else
       logits[i] = -INFINITY;
@@ -83,9 +85,13 @@ void JsonConstraint::mask(std::span<float> logits) {
 }
 
 void JsonConstraint::accept(int32_t token) {
-  if (!active_) {
-    active_ = start_after_ && token == *start_after_;
+  if (phase_ == Phase::Thinking) {
+    if (token == think_->close) phase_ = Phase::Json;
     return;
+  }
+  if (phase_ == Phase::MayThink) {
+    phase_ = token == think_->open ? Phase::Thinking : Phase::Json;
+    if (phase_ == Phase::Thinking) return;
   }
   if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
   const std::string_view bytes = trie_->bytes(token);

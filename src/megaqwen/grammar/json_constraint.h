@@ -3,8 +3,12 @@
 // the end tokens once the value is whole; after the draw it takes the token.
 //
 // Masks are cached by recognizer state: inside a long string, or between the same keys of
-// repeated objects, the state recurs and the walk is not repeated. With `start_after` (a model that
-// thinks first: Qwen3's </think>) everything is allowed until that token has been drawn.
+// repeated objects, the state recurs and the walk is not repeated.
+//
+// A model that thinks first (Qwen3, Qwen3.5) writes the JSON after its thinking: given its think
+// tokens, the constraint lets the reply open a <think> block where the JSON would start (or starts
+// inside one, when the prompt opened it), leaves the thinking free, and constrains what follows
+// </think>.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +27,18 @@ namespace megaqwen {
 
 class JsonConstraint final : public OutputConstraint {
  public:
+  struct ThinkTokens {
+    int32_t open = -1, close = -1;  // <think>, </think>
+  };
   JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
-                 std::vector<int32_t> end_ids, std::optional<int32_t> start_after = std::nullopt);
+                 std::vector<int32_t> end_ids, std::optional<ThinkTokens> think = std::nullopt,
+                 bool starts_in_thinking = false);
 
   void mask(std::span<float> logits) override;
   void accept(int32_t token) override;
 
-  bool active() const { return active_; }
+  // Inside the thinking: nothing is masked.
+  bool thinking() const { return phase_ == Phase::Thinking; }
   const JsonRecognizer& recognizer() const { return recognizer_; }
   // Whether token id may come next: a bit per id (64 per word), the end ids included.
   const std::vector<uint64_t>& allowed();
@@ -44,8 +53,8 @@ class JsonConstraint final : public OutputConstraint {
   JsonRecognizer recognizer_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_ids_;
-  std::optional<int32_t> start_after_;
-  bool active_;
+  std::optional<ThinkTokens> think_;
+  enum class Phase { MayThink, Thinking, Json } phase_;
   std::vector<JsonRecognizer::State> levels_;  // the walk's state after each byte of the prefix
   std::unordered_map<std::string, std::vector<uint64_t>> cache_;
   const std::vector<uint64_t>* current_ = nullptr;  // allowed() of the present state

@@ -397,7 +397,7 @@ struct HttpServer::Impl {
     ChatPrompt prompt = build_chat_prompt(served, r);
     ReplyParser parser(prompt.starts_in_thinking, r.tools, r.tool_choice != ToolChoice::None);
     ResponseHeader header = new_response_header("chatcmpl", served.limits.id);
-    auto job = submit(make_generation_request(served, std::move(prompt.tokens), r.options));
+    auto job = submit(make_generation_request(served, prompt.tokens, r.options, &prompt));
     if (r.options.stream) {
       stream(res, job,
              std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix,

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "megaqwen/server/api_error.h"
+#include "megaqwen/util/error.h"
 
 namespace megaqwen::server {
 
@@ -86,6 +87,42 @@ void check_model(const ordered_json& body, const ModelLimits& model) {
                           "model_not_found");
 }
 
+// response_format: {"type": "text"} (free text), {"type": "json_object"} (any JSON object; with a
+// "schema" beside the type, llama.cpp's convention, that schema's JSON), or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"}}. A schema the grammar cannot honour is a 400 naming
+// the keyword.
+std::shared_ptr<const JsonGrammar> parse_response_format(const ordered_json& body) {
+  const ordered_json* format = object_field(body, "response_format", "response_format");
+  if (!format) return nullptr;
+  const std::optional<std::string> type = string_field(*format, "type", "response_format.type");
+  if (!type) throw invalid_request("'response_format.type' is required", "response_format.type");
+  auto compile = [](const ordered_json& schema, const std::string& path) {
+    try {
+      return std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(schema, path));
+    } catch (const Error& e) {
+      throw invalid_request(e.what(), path);
+    }
+  };
+  if (*type == "text") return nullptr;
+  if (*type == "json_object") {
+    if (const ordered_json* schema = field(*format, "schema")) return compile(*schema, "response_format.schema");
+    return std::make_shared<const JsonGrammar>(JsonGrammar::object());
+  }
+  if (*type == "json_schema") {
+    const ordered_json* spec = object_field(*format, "json_schema", "response_format.json_schema");
+    if (!spec)
+      throw invalid_request("'response_format.json_schema' is required with type json_schema",
+                            "response_format.json_schema");
+    string_field(*spec, "name", "response_format.json_schema.name");
+    bool_field(*spec, "strict", "response_format.json_schema.strict");
+    const ordered_json* schema = field(*spec, "schema");
+    if (!schema)
+      throw invalid_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+    return compile(*schema, "response_format.json_schema.schema");
+  }
+  throw invalid_request("'response_format.type' must be text, json_object or json_schema", "response_format.type");
+}
+
 // The options shared by /v1/chat/completions and /v1/completions.
 // min_max_tokens: 0 where a request may generate nothing (completions scoring an echoed prompt).
 GenerationOptions parse_generation_options(const ordered_json& body, const ModelLimits& model,
@@ -145,6 +182,7 @@ GenerationOptions parse_generation_options(const ordered_json& body, const Model
 
   if (auto n = integer_field(body, "n", 1, kMaxTokensLimit, "n"); n && *n != 1)
     throw invalid_request("only n = 1 is supported", "n");
+  o.json_grammar = parse_response_format(body);
   return o;
 }
 
@@ -337,6 +375,9 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
     }
   }
 
+  if (r.options.json_grammar && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function))
+    throw invalid_request("a response_format of JSON and a tool_choice that forces a call exclude each other",
+                          "response_format");
   if (const ordered_json* kwargs = object_field(body, "chat_template_kwargs", "chat_template_kwargs"))
     r.enable_thinking = bool_field(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
   return r;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/grammar/json_grammar.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/server/reply_parser.h"
 
@@ -46,6 +47,8 @@ struct GenerationOptions {
   std::optional<int> logprobs;
   bool prompt_logprobs = false;            // completions with echo and logprobs: score the prompt too
   bool tokens_as_ids = false;              // return_tokens_as_token_ids (vLLM): see TokenNames
+  // response_format json_object / json_schema: the JSON the reply must be; null: free text.
+  std::shared_ptr<const JsonGrammar> json_grammar;
 };
 
 enum class ToolChoice { None, Auto, Required, Function };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "megaqwen/engine/stop_tokens.h"
+#include "megaqwen/grammar/json_constraint.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/server/api_error.h"
 #include "megaqwen/util/error.h"
@@ -38,7 +39,7 @@ void check_fits(const ServedModel& served, size_t prompt_tokens) {
 }  // namespace
 
 ServedModel ServedModel::load(std::shared_ptr<const Model> model, int context_size, std::string model_id) {
-  ServedModel s{model, Tokenizer::load(model->dir), std::nullopt, {}, {}};
+  ServedModel s{model, Tokenizer::load(model->dir), std::nullopt, {}, {}, nullptr};
   try {
     s.chat_template = ChatTemplate::load(model->dir);
   } catch (const Error&) {
@@ -50,6 +51,7 @@ ServedModel ServedModel::load(std::shared_ptr<const Model> model, int context_si
   s.limits = {model_id, context_size, std::min<int32_t>(s.tokenizer.vocab_size(), model->config.vocab_size),
               defaults.sampling};
   s.eos_ids = stop_token_ids(model->config, defaults, &s.tokenizer);
+  s.token_trie = TokenTrie::of(s.tokenizer);
   return s;
 }
 
@@ -73,10 +75,11 @@ ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequ
   const std::string opening = served.chat_template->generation_prompt(r.enable_thinking);
   const size_t open = opening.rfind("<think>");
   prompt.starts_in_thinking = open != std::string::npos && opening.find("</think>", open) == std::string::npos;
+  prompt.may_think = opening.find("</think>") == std::string::npos;
   prompt.forced_prefix = forced_tool_call_prefix(served, r);
   if (!prompt.forced_prefix.empty()) {
     if (prompt.starts_in_thinking) text += "\n</think>\n\n";  // a forced call skips the thinking
-    prompt.starts_in_thinking = false;
+    prompt.starts_in_thinking = prompt.may_think = false;
     text += prompt.forced_prefix;
   }
   prompt.tokens = served.tokenizer.encode(text);
@@ -92,7 +95,7 @@ std::vector<int32_t> build_completion_prompt(const ServedModel& served, const Co
 }
 
 GenerationRequest make_generation_request(const ServedModel& served, std::vector<int32_t> prompt,
-                                          const GenerationOptions& options) {
+                                          const GenerationOptions& options, const ChatPrompt* chat) {
   GenerationRequest g;
   const int room = served.limits.context_size - int(prompt.size());
   g.max_tokens = std::min(options.max_tokens.value_or(room), room);
@@ -104,6 +107,13 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.prompt_logprobs = options.prompt_logprobs;
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
+  if (options.json_grammar) {
+    std::optional<JsonConstraint::ThinkTokens> think;
+    const auto open = served.tokenizer.token_id("<think>"), close = served.tokenizer.token_id("</think>");
+    if (chat && (chat->starts_in_thinking || chat->may_think) && open && close) think = {*open, *close};
+    g.constraint = std::make_shared<JsonConstraint>(options.json_grammar, served.token_trie, served.eos_ids, think,
+                                                    chat && chat->starts_in_thinking);
+  }
   return g;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "megaqwen/chat/chat_template.h"
+#include "megaqwen/grammar/token_trie.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/server/openai_protocol.h"
 #include "megaqwen/tokenizer/tokenizer.h"
@@ -21,6 +22,7 @@ struct ServedModel {
   std::optional<ChatTemplate> chat_template;  // nullopt: the folder has none; chat requests are refused
   ModelLimits limits;
   std::vector<int32_t> eos_ids;
+  std::shared_ptr<const TokenTrie> token_trie;  // the vocabulary for response_format's token masks
 
   // model_id: the name clients use; "" takes the folder's name.
   static ServedModel load(std::shared_ptr<const Model> model, int context_size, std::string model_id);
@@ -33,14 +35,16 @@ struct ServedModel {
 struct ChatPrompt {
   std::vector<int32_t> tokens;
   bool starts_in_thinking = false;  // the prompt ends inside an open <think> block
+  bool may_think = false;           // the reply may open a <think> block itself (thinking not turned off)
   std::string forced_prefix;        // text the prompt already put at the start of the reply (tool_choice)
 };
 // 400 when the template refuses the messages or the prompt leaves no room to generate.
 ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
 std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& request);
 
-// The GenerationRequest both endpoints hand to the scheduler.
+// The GenerationRequest both endpoints hand to the scheduler. `chat`: the chat prompt's thinking,
+// which a response_format's constraint leaves free.
 GenerationRequest make_generation_request(const ServedModel& served, std::vector<int32_t> prompt,
-                                          const GenerationOptions& options);
+                                          const GenerationOptions& options, const ChatPrompt* chat = nullptr);
 
 }  // namespace megaqwen::server
