@@ -198,6 +198,40 @@ TEST_F(CliBadInput, GenerateLogprobsPrintsEveryTokensScore) {
   expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--logprobs", "21"}), {"--logprobs", "21"});
 }
 
+// generate --json-schema on the tiny model with the real tokenizer: the sampled output is JSON of
+// the schema; bad schemas and flag mixes end with one error line.
+TEST_F(CliBadInput, GenerateJsonSchemaWritesValidJson) {
+  const fs::path dir = work_dir() / "tiny-tokenizer";
+  const std::string tokenizer = (test::shared_dir() / "models/qwen3-0.6b").string();
+  ASSERT_EQ(run({"synth", "--preset", "tiny", "--seed", "4", "--out", dir.string(), "--tokenizer", tokenizer}).status, 0);
+  auto json_run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate", "-m", dir.string(), "-d", "cpu", "-t", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::string schema =
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}, "required": ["ok", "n"]})";
+  for (const char* seed : {"1", "2", "3"}) {
+    const RunResult r = run(json_run({"--prompt", "JSON:", "-n", "300", "--temp", "1", "--seed", seed, "--json-schema", schema}));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("finish: stop"), std::string::npos) << r.err;
+    const ordered_json v = ordered_json::parse(r.out);
+    EXPECT_TRUE(v.at("ok").is_boolean()) << r.out;
+    EXPECT_TRUE(v.at("n").is_number_integer()) << r.out;
+  }
+  const fs::path file = work_dir() / "schema.json";
+  write_file(file, R"({"type": "string", "maxLength": 5})");
+  const RunResult r = run(json_run({"--prompt", "x", "-n", "40", "--seed", "1", "--json-schema", fmt::format("@{}", file.string())}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(ordered_json::parse(r.out).is_string()) << r.out;
+  EXPECT_LE(ordered_json::parse(r.out).get<std::string>().size(), 5u * 4) << r.out;
+  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", R"({"type": "string", "pattern": "a"})"}),
+                        {"--json-schema", "\"pattern\" is not supported"});
+  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", "{"}), {"--json-schema: not JSON"});
+  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", "@/no/such/file"}), {"cannot read /no/such/file"});
+  expect_one_error_line(json_run({"--prompt", "x", "--json", "--ignore-eos"}), {"--ignore-eos"});
+}
+
 // bench on the tiny model: the markdown table on stdout and the JSON record (plan, sampling, one
 // result per test with consistent figures); bad plans end with one error line.
 TEST_F(CliBadInput, BenchWritesTableAndJson) {

@@ -1,6 +1,7 @@
 // JsonGrammar::from_schema: what it compiles to, and the clear errors for schemas it cannot honour.
 #include "megaqwen/grammar/json_grammar.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "megaqwen/util/error.h"
@@ -81,7 +82,7 @@ TEST(JsonGrammar, NamesThePathAndKeywordItCannotHonour) {
   EXPECT_NE(error_of("[1]").find("must be an object or a boolean"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "array", "items": [{}]})").find("tuple form"), std::string::npos);
   std::string many = R"({"type": "object", "properties": {)";
-  for (int i = 0; i < 65; ++i) many += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\": {}";
+  for (int i = 0; i < 65; ++i) many += fmt::format("{}\"p{}\": {{}}", i ? "," : "", i);
   EXPECT_NE(error_of(many + "}}").find("at most 64"), std::string::npos);
 }
 

@@ -90,8 +90,9 @@ TEST(JsonRecognizer, TakesConformingValuesCompactAndPretty) {
     const auto g = grammar_of(schema);
     for (const ojson& v : values) {
       EXPECT_TRUE(accepts(g, v.dump())) << schema.dump() << "\n  " << v.dump();
-      if (schema != kEnum)  // enum values are matched as compact text
+      if (schema != kEnum) {  // enum values are matched as compact text
         EXPECT_TRUE(accepts(g, v.dump(2))) << schema.dump() << "\n  " << v.dump(2);
+      }
       EXPECT_TRUE(accepts(g, "\n\n " + v.dump())) << "leading whitespace: " << v.dump();
     }
   }

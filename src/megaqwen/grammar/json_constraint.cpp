@@ -75,11 +75,23 @@ void JsonConstraint::mask(std::span<float> logits) {
   const std::vector<uint64_t>& bits = allowed();
   const int32_t open = phase_ == Phase::MayThink ? think_->open : -1;
   bool any = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (allows(bits, int32_t(i)) || int32_t(i) == open)
-      any = any || logits[i] > -INFINITY;
-    else
-      logits[i] = -INFINITY;
+  // A word at a time: most words of a mask are all ones or all zeros.
+  for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    uint64_t word = w < bits.size() ? bits[w] : 0;
+    if (open >= 0 && size_t(open) / 64 == w) word |= uint64_t(1) << (open % 64);
+    float* x = logits.data() + w * 64;
+    const size_t n = std::min<size_t>(64, logits.size() - w * 64);
+    if (word == 0) {
+      std::fill(x, x + n, -INFINITY);
+      continue;
+    }
+    if (word == ~uint64_t(0) && any) continue;
+    for (size_t i = 0; i < n; ++i) {
+      if (word >> i & 1)
+        any = any || x[i] > -INFINITY;
+      else
+        x[i] = -INFINITY;
+    }
   }
   if (!any) fail("the JSON constraint leaves no token the model can produce next");
 }
