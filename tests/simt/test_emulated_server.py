@@ -144,3 +144,23 @@ def test_logprobs_are_scored_on_the_kernel_as_the_cpu_scores_them(servers):
         assert g["top_logprobs"][0]["token"] == g["token"]  # greedy: the most likely token
         for a, b in zip(g["top_logprobs"], w["top_logprobs"]):
             assert abs(a["logprob"] - b["logprob"]) <= 0.5, (a, b)
+
+
+def test_a_json_schema_reply_is_whole_and_valid_on_the_device(servers):
+    """response_format on the device server: its mask needs the logits on the host, so the request
+    leaves the kernel for the per-operator path (decode with logits copied back); every reply that
+    ends with "stop" parses and validates."""
+    _, gpu = servers
+    schema = {"type": "object", "additionalProperties": False, "required": ["ok", "n"],
+              "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}}
+    body = {"model": "tiny", "messages": USER, "max_tokens": 200, "temperature": 1.0, "seed": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+            "chat_template_kwargs": {"enable_thinking": False}}
+    status, reply = post(gpu, body)
+    assert status == 200, reply
+    assert reply["choices"][0]["finish_reason"] == "stop", reply
+    value = json.loads(reply["choices"][0]["message"]["content"])
+    assert list(value) == ["ok", "n"] and isinstance(value["ok"], bool) and isinstance(value["n"], int)
+    # The device server goes on decoding on the kernel afterwards.
+    status, _ = post(gpu, {"model": "tiny", "messages": USER, "max_tokens": 2, "temperature": 0})
+    assert status == 200
