@@ -145,6 +145,35 @@ TEST(JsonConstraint, LeavesTheThinkingFree) {
   EXPECT_EQ(logits[size_t('"')], 1.0f);
 }
 
+TEST(JsonConstraint, ASuffixFollowsTheWholeValueBeforeTheEnd) {
+  const auto trie = std::make_shared<const TokenTrie>(toy_vocab());
+  JsonConstraint c(grammar_of(ojson::parse(R"({"type": "object", "properties": {"a": {"type": "boolean"}},
+                                                "required": ["a"]})")),
+                   trie, {kToyEnd});
+  c.set_suffix({9100, 9101});
+  std::vector<float> logits(size_t(kToyEnd) + 1, 1.0f);
+  auto allowed = [&] {
+    std::fill(logits.begin(), logits.end(), 1.0f);
+    c.mask(logits);
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i <= kToyEnd; ++i)
+      if (logits[size_t(i)] == 1.0f) ids.push_back(i);
+    return ids;
+  };
+  for (char b : std::string("{\"a\":true"))
+    c.accept(b);
+  const std::vector<int32_t> open = allowed();
+  EXPECT_TRUE(std::find(open.begin(), open.end(), '}') != open.end());
+  EXPECT_TRUE(std::find(open.begin(), open.end(), 9100) == open.end()) << "not before the value is whole";
+  c.accept('}');
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{9100})) << "the suffix, not the end";
+  EXPECT_THROW(c.accept(kToyEnd), Error);
+  c.accept(9100);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{9101}));
+  c.accept(9101);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{kToyEnd}));
+}
+
 class Qwen3Vocabulary : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -138,12 +138,41 @@ def test_tools_give_well_formed_replies(client):
                     assert call.function.name == "get_weather"
         else:
             assert isinstance(c.message.content, str)
-            if forced:
-                start = '<tool_call>\n{"name": "' + ("get_weather\", \"arguments\": " if isinstance(choice, dict) else "")
-                assert c.message.content.startswith(start), (choice, c.message.content)
+            if forced:  # cut short: the call the server started, its JSON begun
+                assert c.message.content.startswith("<tool_call>\n"), (choice, c.message.content)
+                assert c.message.content[len("<tool_call>\n"):].lstrip().startswith("{"), c.message.content
     # The streamed variant ends like any stream.
     chunks = list(client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS, max_tokens=8, stream=True))
     assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_forced_tool_calls_are_whole_and_match_the_tool(client):
+    # A forced call (Qwen3's JSON format) is constrained: the name is one of the tools, the arguments
+    # follow its parameters, and "\n</tool_call>" closes it. These parameters bound every free part,
+    # so each call finishes within the budget even from the random tiny model.
+    tools = TOOLS + [{"type": "function", "function": {"name": "set_alarm", "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["hour", "loud"],
+        "properties": {"hour": {"type": "integer"}, "loud": {"type": "boolean"},
+                       "label": {"type": "string", "maxLength": 5}}}}}]
+    names = []
+    for seed, choice in [(1, "required"), (2, "required"), (3, "required"),
+                         (4, {"type": "function", "function": {"name": "set_alarm"}})]:
+        r = client.chat.completions.create(model=MODEL, messages=USER, tools=tools[1:] if seed < 4 else tools,
+                                           tool_choice=choice, max_tokens=300, temperature=1.0, seed=seed)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c.message.content
+        assert len(c.message.tool_calls) == 1
+        call = c.message.tool_calls[0]
+        names.append(call.function.name)
+        args = json.loads(call.function.arguments)
+        assert call.function.name == "set_alarm"
+        assert isinstance(args["hour"], int) and isinstance(args["loud"], bool)
+        assert set(args) <= {"hour", "loud", "label"} and len(args.get("label", "")) <= 5
+    # Among several tools the name is one of them (the call's JSON may pick either).
+    r = client.chat.completions.create(model=MODEL, messages=USER, tools=tools, tool_choice="required",
+                                       max_tokens=300, temperature=1.0, seed=9)
+    if r.choices[0].finish_reason == "tool_calls":
+        assert r.choices[0].message.tool_calls[0].function.name in ("get_weather", "set_alarm")
 
 
 def test_tool_call_history_is_accepted(client):

@@ -41,7 +41,7 @@ const std::vector<uint64_t>& JsonConstraint::allowed() {
   if (auto it = cache_.find(key); it != cache_.end()) return *(current_ = &it->second);
   if (cache_.size() >= kMaxCachedMasks) cache_.clear();
   std::vector<uint64_t> bits((size_t(trie_->vocab_size()) + 63) / 64 + 1, 0);
-  if (recognizer_.complete())
+  if (recognizer_.complete() && suffix_.empty())
     for (int32_t id : end_ids_)
       if (id >= 0) {
         if (size_t(id) / 64 >= bits.size()) bits.resize(size_t(id) / 64 + 1, 0);
@@ -72,8 +72,26 @@ void JsonConstraint::walk(uint32_t node, size_t level, std::vector<uint64_t>& bi
 
 void JsonConstraint::mask(std::span<float> logits) {
   if (phase_ == Phase::Thinking) return;
+  if (suffix_taken_ > 0) {  // in the suffix: its next token, or at its end an end token
+    std::vector<int32_t> ids;
+    if (suffix_taken_ < suffix_.size()) ids.push_back(suffix_[suffix_taken_]);
+    else ids = end_ids_;
+    bool any = false;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (std::find(ids.begin(), ids.end(), int32_t(i)) != ids.end()) any = any || logits[i] > -INFINITY;
+      else logits[i] = -INFINITY;
+    }
+    if (!any) fail("the JSON constraint's closing tokens are out of the model's vocabulary");
+    return;
+  }
   const std::vector<uint64_t>& bits = allowed();
-  const int32_t open = phase_ == Phase::MayThink ? think_->open : -1;
+  // Besides what continues the JSON: <think> where the reply may open it, the suffix's first token
+  // once the value is whole.
+  int32_t open = phase_ == Phase::MayThink ? think_->open : -1;
+  if (!suffix_.empty() && recognizer_.complete()) {
+    if (open >= 0) fail("a JSON constraint with a suffix cannot let the reply think first");
+    open = suffix_[0];
+  }
   bool any = false;
   // A word at a time: most words of a mask are all ones or all zeros.
   for (size_t w = 0; w * 64 < logits.size(); ++w) {
@@ -105,7 +123,16 @@ void JsonConstraint::accept(int32_t token) {
     phase_ = token == think_->open ? Phase::Thinking : Phase::Json;
     if (phase_ == Phase::Thinking) return;
   }
-  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
+  if (!suffix_.empty() && recognizer_.complete() && suffix_taken_ < suffix_.size() &&
+      token == suffix_[suffix_taken_]) {
+    ++suffix_taken_;
+    return;
+  }
+  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
+    if (suffix_taken_ < suffix_.size()) fail("token {} ends the reply before the constrained JSON's closing tokens", token);
+    return;
+  }
+  if (suffix_taken_ > 0) fail("token {} does not continue the constrained JSON's closing tokens", token);
   const std::string_view bytes = trie_->bytes(token);
   if (bytes.empty() || !recognizer_.advance(bytes))
     fail("token {} does not continue the constrained JSON (it was not among the allowed tokens)", token);

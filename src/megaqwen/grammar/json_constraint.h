@@ -33,6 +33,9 @@ class JsonConstraint final : public OutputConstraint {
   JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
                  std::vector<int32_t> end_ids, std::optional<ThinkTokens> think = std::nullopt,
                  bool starts_in_thinking = false);
+  // Tokens that must follow the whole value, in order, before an end token (a tool call's closing
+  // "\n</tool_call>"). While they remain, the end tokens are refused.
+  void set_suffix(std::vector<int32_t> tokens) { suffix_ = std::move(tokens); }
 
   void mask(std::span<float> logits) override;
   void accept(int32_t token) override;
@@ -54,6 +57,8 @@ class JsonConstraint final : public OutputConstraint {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_ids_;
   std::optional<ThinkTokens> think_;
+  std::vector<int32_t> suffix_;
+  size_t suffix_taken_ = 0;
   enum class Phase { MayThink, Thinking, Json } phase_;
   std::vector<JsonRecognizer::State> levels_;  // the walk's state after each byte of the prefix
   std::unordered_map<std::string, std::vector<uint64_t>> cache_;

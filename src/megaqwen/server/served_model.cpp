@@ -24,7 +24,48 @@ std::string forced_tool_call_prefix(const ServedModel& served, const ChatComplet
   if (r.tool_choice != ToolChoice::Required && r.tool_choice != ToolChoice::Function) return "";
   const bool named = r.tool_choice == ToolChoice::Function;
   if (is_qwen35(served)) return named ? "<tool_call>\n<function=" + r.forced_function + ">\n" : "<tool_call>\n<function=";
-  return named ? "<tool_call>\n{\"name\": \"" + r.forced_function + "\", \"arguments\": " : "<tool_call>\n{\"name\": \"";
+  return "<tool_call>\n";  // the JSON of the call is constrained (tool_call_grammar)
+}
+
+// Points a $ref of a schema moved to `base` (a JSON pointer) at the same place as before.
+void rebase_refs(nlohmann::ordered_json& schema, const std::string& base) {
+  if (schema.is_object()) {
+    for (auto& [key, value] : schema.items()) {
+      if (key == "$ref" && value.is_string() && value.get<std::string>().rfind("#", 0) == 0)
+        value = "#" + base + value.get<std::string>().substr(1);
+      else
+        rebase_refs(value, base);
+    }
+  } else if (schema.is_array()) {
+    for (auto& value : schema) rebase_refs(value, base);
+  }
+}
+
+// The JSON of a forced Qwen3 tool call: {"name": <one of the tools>, "arguments": <that tool's
+// parameters>}. A tool whose parameters use keywords the grammar cannot honour gets any object as
+// its arguments (the call stays well-formed; its arguments are the model's).
+std::shared_ptr<const JsonGrammar> tool_call_grammar(const ChatCompletionRequest& r) {
+  using nlohmann::ordered_json;
+  ordered_json alternatives = ordered_json::array();
+  for (const ordered_json& tool : r.tools) {
+    const ordered_json& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    if (r.tool_choice == ToolChoice::Function && name != r.forced_function) continue;
+    const size_t index = alternatives.size();
+    ordered_json arguments = fn.contains("parameters") && !fn.at("parameters").is_null() ? fn.at("parameters")
+                                                                                         : ordered_json::object();
+    try {
+      JsonGrammar::from_schema(arguments);
+    } catch (const Error&) {
+      arguments = {{"type", "object"}};
+    }
+    rebase_refs(arguments, "/anyOf/" + std::to_string(index) + "/properties/arguments");
+    alternatives.push_back({{"type", "object"},
+                            {"properties", {{"name", {{"const", name}}}, {"arguments", arguments}}},
+                            {"required", {"name", "arguments"}},
+                            {"additionalProperties", false}});
+  }
+  return std::make_shared<const JsonGrammar>(JsonGrammar::from_schema({{"anyOf", alternatives}}, "tool call"));
 }
 
 void check_fits(const ServedModel& served, size_t prompt_tokens) {
@@ -77,6 +118,14 @@ ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequ
   prompt.starts_in_thinking = open != std::string::npos && opening.find("</think>", open) == std::string::npos;
   prompt.may_think = opening.find("</think>") == std::string::npos;
   prompt.forced_prefix = forced_tool_call_prefix(served, r);
+  if (!prompt.forced_prefix.empty() && !is_qwen35(served)) {
+    try {
+      prompt.call_grammar = tool_call_grammar(r);
+      prompt.call_suffix = "\n</tool_call>";
+    } catch (const Error&) {
+      prompt.call_grammar.reset();  // the tools' schemas do not combine: the call is left to the model
+    }
+  }
   if (!prompt.forced_prefix.empty()) {
     if (prompt.starts_in_thinking) text += "\n</think>\n\n";  // a forced call skips the thinking
     prompt.starts_in_thinking = prompt.may_think = false;
@@ -107,7 +156,11 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.prompt_logprobs = options.prompt_logprobs;
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
-  if (options.json_grammar) {
+  if (chat && chat->call_grammar) {
+    auto constraint = std::make_shared<JsonConstraint>(chat->call_grammar, served.token_trie, served.eos_ids);
+    constraint->set_suffix(served.tokenizer.encode(chat->call_suffix));
+    g.constraint = std::move(constraint);
+  } else if (options.json_grammar) {
     std::optional<JsonConstraint::ThinkTokens> think;
     const auto open = served.tokenizer.token_id("<think>"), close = served.tokenizer.token_id("</think>");
     if (chat && (chat->starts_in_thinking || chat->may_think) && open && close) think = {*open, *close};

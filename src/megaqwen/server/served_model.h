@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "megaqwen/chat/chat_template.h"
+#include "megaqwen/grammar/json_grammar.h"
 #include "megaqwen/grammar/token_trie.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/server/openai_protocol.h"
@@ -37,6 +38,9 @@ struct ChatPrompt {
   bool starts_in_thinking = false;  // the prompt ends inside an open <think> block
   bool may_think = false;           // the reply may open a <think> block itself (thinking not turned off)
   std::string forced_prefix;        // text the prompt already put at the start of the reply (tool_choice)
+  // A forced call in Qwen3's JSON format: the call's JSON is constrained, then call_suffix closes it.
+  std::shared_ptr<const JsonGrammar> call_grammar;
+  std::string call_suffix;
 };
 // 400 when the template refuses the messages or the prompt leaves no room to generate.
 ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
