@@ -67,6 +67,26 @@ void BM_MaskCachedApplied(benchmark::State& state) {
 }
 BENCHMARK(BM_MaskCachedApplied)->Unit(benchmark::kMicrosecond);
 
+// A forced tool call among N tools (an anyOf of N objects), masked where the name's string opens:
+// N threads alive at once.
+void BM_MaskToolName(benchmark::State& state) {
+  nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
+  for (int i = 0; i < state.range(0); ++i)
+    alternatives.push_back({{"type", "object"},
+                            {"properties", {{"name", {{"const", "tool_" + std::to_string(i)}}}, {"arguments", {{"type", "object"}}}}},
+                            {"required", {"name", "arguments"}},
+                            {"additionalProperties", false}});
+  auto grammar = std::make_shared<const JsonGrammar>(JsonGrammar::from_schema({{"anyOf", alternatives}}));
+  for (auto _ : state) {
+    state.PauseTiming();
+    JsonConstraint c(grammar, trie(), {151645});
+    for (int32_t id : tokenizer().encode("{\"name\": ")) c.accept(id);
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(c.allowed().data());
+  }
+}
+BENCHMARK(BM_MaskToolName)->Arg(1)->Arg(16)->Arg(256)->Unit(benchmark::kMillisecond);
+
 void BM_TrieBuild(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(TokenTrie::of(tokenizer()));
 }

@@ -241,6 +241,23 @@ TEST(JsonRecognizer, FollowsTheSchemaKeyOrder) {
   }
 }
 
+// A forced tool call among 256 tools: an anyOf of 256 objects that share their first bytes.
+TEST(JsonRecognizer, ManyAlternativesNarrowDown) {
+  ojson alternatives = ojson::array();
+  for (int i = 0; i < 256; ++i)
+    alternatives.push_back({{"type", "object"},
+                            {"properties", {{"name", {{"const", "tool" + std::to_string(i)}}}, {"arguments", {{"type", "object"}}}}},
+                            {"required", {"name", "arguments"}},
+                            {"additionalProperties", false}});
+  const auto g = grammar_of({{"anyOf", alternatives}});
+  JsonRecognizer r(g);
+  ASSERT_TRUE(r.advance("{\"name\": \"tool1"));
+  EXPECT_GT(r.state().size(), 100u);
+  ASSERT_TRUE(r.advance("37\", \"arguments\": {\"x\": [1]}}"));
+  EXPECT_TRUE(r.complete());
+  EXPECT_FALSE(accepts(g, "{\"name\": \"tool256\", \"arguments\": {}}"));
+}
+
 TEST(JsonRecognizer, AStepThatFailsLeavesTheStateAsItWas) {
   JsonRecognizer r(grammar_of(kPerson));
   ASSERT_TRUE(r.advance("{\"na"));

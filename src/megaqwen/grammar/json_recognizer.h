@@ -27,7 +27,7 @@ class JsonRecognizer {
   static constexpr int kMaxDepth = 32;
   static constexpr int kMaxWhitespace = 32;
   static constexpr int kMaxNumberBytes = 32;
-  static constexpr size_t kMaxThreads = 64;
+  static constexpr size_t kMaxThreads = 512;  // an anyOf of every tool of a request (<= 256) fits
 
   // Trivial (made with Frame{}), so a Thread copies only the frames in use.
   struct Frame {
