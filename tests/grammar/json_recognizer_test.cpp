@@ -3,6 +3,7 @@
 // whole value it allows parses and validates against the schema.
 #include "megaqwen/grammar/json_recognizer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -256,6 +257,19 @@ TEST(JsonRecognizer, ManyAlternativesNarrowDown) {
   ASSERT_TRUE(r.advance("37\", \"arguments\": {\"x\": [1]}}"));
   EXPECT_TRUE(r.complete());
   EXPECT_FALSE(accepts(g, "{\"name\": \"tool256\", \"arguments\": {}}"));
+}
+
+// anyOfs nested through shared $refs: 2^30 paths to one leaf, read in linear time.
+TEST(JsonRecognizer, NestedAlternativesExpandOnce) {
+  ojson defs = ojson::object();
+  for (int i = 0; i < 30; ++i) {
+    const std::string next = i + 1 < 30 ? fmt::format("#/$defs/d{}", i + 1) : std::string("#/$defs/leaf");
+    defs[fmt::format("d{}", i)] = {{"anyOf", {{{"$ref", next}}, {{"$ref", next}}}}};
+  }
+  defs["leaf"] = {{"type", "integer"}};
+  const auto g = grammar_of({{"$defs", defs}, {"$ref", "#/$defs/d0"}});
+  EXPECT_TRUE(accepts(g, "123"));
+  EXPECT_FALSE(allows_prefix(g, "\"x"));
 }
 
 TEST(JsonRecognizer, AStepThatFailsLeavesTheStateAsItWas) {

@@ -59,6 +59,7 @@ class SchemaCompiler {
     g_.key_string = add(node_of(Kind::String));
     g_.root = compile(root_, name_, 0);
     check_no_empty_cycles();
+    flatten_alternatives();
     return std::move(g_);
   }
 
@@ -311,6 +312,32 @@ class SchemaCompiler {
       state[size_t(i)] = 2;
     };
     for (size_t i = 0; i < g_.nodes.size(); ++i) visit(visit, int(i));
+  }
+
+  // Every anyOf lists the distinct non-anyOf nodes it reaches, so reading a value expands each
+  // alternative once: nested anyOfs over shared $refs would otherwise expand exponentially often.
+  void flatten_alternatives() {
+    std::vector<std::vector<int>> leaves(g_.nodes.size());
+    std::vector<bool> done(g_.nodes.size(), false);
+    auto collect = [&](auto&& self, int i) -> const std::vector<int>& {
+      if (done[size_t(i)]) return leaves[size_t(i)];
+      std::vector<int> out;
+      for (int a : g_.nodes[size_t(i)].alternatives) {
+        if (g_.nodes[size_t(a)].kind == Kind::AnyOf) {
+          const std::vector<int>& sub = self(self, a);
+          out.insert(out.end(), sub.begin(), sub.end());
+        } else {
+          out.push_back(a);
+        }
+      }
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      leaves[size_t(i)] = std::move(out);
+      done[size_t(i)] = true;
+      return leaves[size_t(i)];
+    };
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (g_.nodes[i].kind == Kind::AnyOf) g_.nodes[i].alternatives = collect(collect, int(i));
   }
 
   const ojson& root_;
