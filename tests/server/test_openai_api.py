@@ -306,6 +306,34 @@ def test_response_format_json_schema(client):
     check_person(done.choices[0].text)
 
 
+def test_the_openai_clients_parse_with_a_pydantic_model(client):
+    # What most users write: client.chat.completions.parse(response_format=SomeModel). The client turns
+    # the model into a strict JSON schema ($defs, $ref, anyOf for Optional, enum, additionalProperties
+    # false) and validates the reply into the model. Every free part is bounded so the random tiny
+    # model always finishes.
+    from typing import List, Literal, Optional
+
+    import pydantic
+
+    class Place(pydantic.BaseModel):
+        code: str = pydantic.Field(max_length=4)
+        open: bool
+
+    class Answer(pydantic.BaseModel):
+        kind: Literal["city", "country"]
+        rank: int
+        home: Place
+        other: Optional[Place]
+        flags: List[bool] = pydantic.Field(max_length=2)
+
+    for seed in range(3):
+        r = client.chat.completions.parse(model=MODEL, messages=USER, max_tokens=400, temperature=1.0, seed=seed,
+                                          response_format=Answer, extra_body=NO_THINKING)
+        assert r.choices[0].finish_reason == "stop"
+        answer = r.choices[0].message.parsed
+        assert isinstance(answer, Answer) and len(answer.home.code) <= 4 and len(answer.flags) <= 2
+
+
 def test_response_format_json_object_and_thinking(client):
     r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=60, temperature=1.0, seed=5,
                                        response_format={"type": "json_object"}, extra_body=NO_THINKING)
