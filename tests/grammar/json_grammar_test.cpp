@@ -58,11 +58,18 @@ TEST(JsonGrammar, TypeListsAndNullableBecomeAlternatives) {
 
 TEST(JsonGrammar, NamesThePathAndKeywordItCannotHonour) {
   const std::string p = "response_format.json_schema.schema";
-  EXPECT_NE(error_of(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})")
-                .find(p + ".properties.d: the keyword \"format\" is not supported"),
+  EXPECT_NE(error_of(R"({"type": "object", "properties": {"d": {"type": "string", "format": "uri"}}})")
+                .find(p + ".properties.d.format: the format \"uri\" is not supported"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"type": "integer", "minimum": 0})").find("\"minimum\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a"})").find("\"pattern\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "integer", "minimum": 0})").find(p + ": the keyword \"minimum\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "(a)\\1"})").find(p + ".pattern: in the pattern: backreferences"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a", "maxLength": 3})").find("beside a pattern"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "a{70}"})").find("too long to generate"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "[^\\s\\S]"})").find("empty character class"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "strin"})").find("unknown type \"strin\""), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "string", "minLength": 3, "maxLength": 2})").find("no value fits"),
             std::string::npos);

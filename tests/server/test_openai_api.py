@@ -1,6 +1,7 @@
 """The server through the official `openai` client and raw HTTP: chat (plain, streamed, tools,
 thinking switch), completions (text and token ids), seeds, prefix reuse, stop strings, and every
 refusal with its status and OpenAI error body."""
+import datetime
 import http.client
 import json
 import socket
@@ -274,16 +275,18 @@ def test_completion_logprobs_score_the_prompt_as_generation_scored_it(client):
 
 # ---- refusals ----
 
-PERSON = {"type": "object", "additionalProperties": False, "required": ["ok", "n", "color"],
+PERSON = {"type": "object", "additionalProperties": False, "required": ["ok", "n", "color", "day"],
           "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
-                         "color": {"enum": ["red", "green", "blue"]}, "note": {"type": ["string", "null"], "maxLength": 6}}}
+                         "color": {"enum": ["red", "green", "blue"]}, "day": {"type": "string", "format": "date"},
+                         "note": {"type": ["string", "null"], "maxLength": 6}}}
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 def check_person(text):
     value = json.loads(text)
-    assert list(value)[:3] == ["ok", "n", "color"] and set(value) <= {"ok", "n", "color", "note"}
+    assert list(value)[:4] == ["ok", "n", "color", "day"] and set(value) <= {"ok", "n", "color", "day", "note"}
     assert isinstance(value["ok"], bool) and isinstance(value["n"], int) and value["color"] in ("red", "green", "blue")
+    datetime.date.fromisoformat(value["day"])  # a real calendar date
     if "note" in value:
         assert value["note"] is None or (isinstance(value["note"], str) and len(value["note"]) <= 6)
 
@@ -311,6 +314,7 @@ def test_the_openai_clients_parse_with_a_pydantic_model(client):
     # the model into a strict JSON schema ($defs, $ref, anyOf for Optional, enum, additionalProperties
     # false) and validates the reply into the model. Every free part is bounded so the random tiny
     # model always finishes.
+    import uuid
     from typing import List, Literal, Optional
 
     import pydantic
@@ -318,6 +322,8 @@ def test_the_openai_clients_parse_with_a_pydantic_model(client):
     class Place(pydantic.BaseModel):
         code: str = pydantic.Field(max_length=4)
         open: bool
+        since: datetime.date
+        key: uuid.UUID
 
     class Answer(pydantic.BaseModel):
         kind: Literal["city", "country"]
@@ -354,7 +360,7 @@ def test_response_format_refusals(server):
     cases = [({"type": "xml"}, "response_format.type"),
              ({"type": "json_schema"}, "response_format.json_schema"),
              ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema"),
-             ({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "^a"}}},
+             ({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(a)\\1"}}},
               "response_format.json_schema.schema"),
              ({"type": "json_schema", "json_schema": {"schema": {"type": "object", "required": ["a"]}}},
               "response_format.json_schema.schema"),
@@ -364,8 +370,8 @@ def test_response_format_refusals(server):
         status, reply = raw(server, "POST", "/v1/chat/completions", body)
         assert_error(status, reply, 400, param=param)
     status, reply = raw(server, "POST", "/v1/chat/completions", {"model": MODEL, "messages": USER, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "date"}}}})
-    assert "\"format\" is not supported" in reply["error"]["message"]
+        "type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "uri"}}}})
+    assert 'the format "uri" is not supported' in reply["error"]["message"]
     body = {"model": MODEL, "messages": USER, "tools": TOOLS, "tool_choice": "required",
             "response_format": {"type": "json_object"}}
     assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param="response_format")

@@ -16,18 +16,18 @@ using Node = JsonGrammar::Node;
 
 // Keywords that constrain values in ways this grammar does not enforce: refused, not ignored.
 const std::set<std::string> kUnsupported = {
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependentRequired",
     "dependentSchemas", "dependencies", "prefixItems", "additionalItems", "contains", "minContains",
     "maxContains", "uniqueItems", "unevaluatedItems", "unevaluatedProperties", "not", "if", "then", "else",
     "$dynamicRef", "$recursiveRef", "contentSchema"};
 const char* kSupportedList =
-    "type, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, "
-    "const, anyOf, oneOf, allOf (of one schema), $ref";
+    "type, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, pattern, "
+    "format, enum, const, anyOf, oneOf, allOf (of one schema), $ref";
 
 const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
 const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
-const std::set<std::string> kStringWords = {"minLength", "maxLength"};
+const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
 
 Node node_of(Kind kind) {
   Node n;
@@ -193,12 +193,38 @@ class SchemaCompiler {
     if (type == "string") {
       Node n = node_of(Kind::String);
       bounds(s, "minLength", "maxLength", path, n);
+      if (s.contains("pattern") || s.contains("format")) n.pattern = string_pattern(s, path);
       return add(std::move(n));
     }
     if (type == "number") return add(node_of(Kind::Number));
     if (type == "integer") return add(node_of(Kind::Integer));
     if (type == "boolean") return literals({"false", "true"});
     return literals({"null"});
+  }
+
+  // A string's pattern or format as an index into g_.patterns.
+  int string_pattern(const ojson& s, const std::string& path) {
+    if (s.contains("pattern") && s.contains("format")) fail("{}: pattern and format together are not supported", path);
+    if (s.contains("minLength") || s.contains("maxLength"))
+      fail("{}: minLength or maxLength beside a pattern or format is not supported", path);
+    std::string regex, where;
+    if (s.contains("format")) {
+      where = path + ".format";
+      if (!s.at("format").is_string()) fail("{}: must be a string", where);
+      const std::string format = s.at("format").get<std::string>();
+      const std::optional<std::string> r = StringPattern::format_regex(format);
+      if (!r)
+        fail("{}: the format \"{}\" is not supported for constrained output (supported: date, time, date-time, "
+             "uuid, email, ipv4)",
+             where, format);
+      regex = *r;
+    } else {
+      where = path + ".pattern";
+      if (!s.at("pattern").is_string()) fail("{}: must be a string", where);
+      regex = s.at("pattern").get<std::string>();
+    }
+    g_.patterns.push_back(StringPattern::compile(regex, where));
+    return int(g_.patterns.size()) - 1;
   }
 
   int object_node(const ojson& s, const std::string& path, int depth) {

@@ -6,8 +6,9 @@
 // completable, and what it completes must validate. So objects write their declared properties in
 // the schema's order (required ones never skipped, optional ones may be left out), as OpenAI's
 // strict mode and llama.cpp's schema grammars do; extra keys only where additionalProperties allows
-// them, after the declared ones. A keyword that would constrain values in a way not enforced here
-// (pattern, format, minimum, ...) is refused with an Error naming it, never silently dropped.
+// them, after the declared ones. Strings may follow a `pattern` or a `format` (StringPattern). A
+// keyword that would constrain values in a way not enforced here (minimum, uniqueItems, a format
+// without a pattern of its own, ...) is refused with an Error naming it, never silently dropped.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "megaqwen/grammar/string_pattern.h"
 
 namespace megaqwen {
 
@@ -45,9 +48,11 @@ struct JsonGrammar {
     uint32_t min = 0, max = kUnbounded;
     std::vector<std::string> literals;  // sorted, distinct
     std::vector<int> alternatives;
+    int pattern = -1;  // String: index into `patterns` (pattern or format), -1 for any text
   };
 
   std::vector<Node> nodes;
+  std::vector<StringPattern> patterns;
   int root = -1;
   int any = -1;         // any JSON value
   int key_string = -1;  // a free object key
@@ -55,7 +60,8 @@ struct JsonGrammar {
   // Any JSON object (response_format {"type": "json_object"}).
   static JsonGrammar object();
   // The grammar of `schema` (draft 2020-12 keywords: type, properties, required,
-  // additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf,
+  // additionalProperties, items, minItems, maxItems, minLength, maxLength, pattern, format (date,
+  // time, date-time, uuid, email, ipv4), enum, const, anyOf, oneOf,
   // allOf of one schema, $ref into #/$defs or #/definitions; annotations such as title or description
   // are ignored). Throws Error naming the schema path (from `name`) and what it cannot honour.
   static JsonGrammar from_schema(const nlohmann::ordered_json& schema, const std::string& name = "schema");

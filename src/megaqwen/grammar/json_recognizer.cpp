@@ -21,8 +21,9 @@ enum : uint8_t { kObjOpen, kObjKeyNext, kObjAfterKey, kObjAfterValue };
 constexpr uint64_t kAdditionalKey = ~uint64_t(0);  // object.bits while a free key is read
 // Array phases: after '[', after an item.
 enum : uint8_t { kArrOpen, kArrAfterItem };
-// String phases; kStrHex counts its remaining digits in pos, kStrUtf8 its remaining continuation
-// bytes in pos and the range of the next one in bits (lo | hi << 8).
+// String phases; kStrHex counts its remaining digits in pos and their value in unused; kStrUtf8 its
+// remaining continuation bytes in pos and, in unused, the code point so far (pattern strings only)
+// << 3 | the range code of the next byte. A pattern string's automaton state is in bits.
 enum : uint8_t { kStrNormal, kStrEscape, kStrHex, kStrUtf8 };
 // Number phases (RFC 8259's grammar): after '-', after a leading 0, in the integer digits, after '.',
 // in the fraction, after 'e', after the exponent's sign, in the exponent.
@@ -34,7 +35,6 @@ constexpr uint16_t kMaxIntegerBytes = 18;
 
 bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
-bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 bool number_accepts(uint8_t phase) {
   return phase == kNumZero || phase == kNumInt || phase == kNumFrac || phase == kNumExp1 || phase == kNumExp2;
@@ -83,6 +83,58 @@ bool extra_key_allowed(const JsonGrammar::Node& n, uint32_t from) {
 }
 
 size_t used_bytes(const Thread& t) { return size_t(t.depth) * sizeof(Frame); }
+
+int hex_value(uint8_t c) {
+  return is_digit(c) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+// The character a simple escape (\" \\ \/ \b \f \n \r \t) stands for, or -1.
+int simple_escape(uint8_t c) {
+  switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+  }
+  return -1;
+}
+
+bool any_escape_allowed(const StringPattern& p, uint64_t state) {
+  for (uint8_t c : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+    if (p.step(state, uint32_t(simple_escape(c)))) return true;
+  return false;
+}
+
+// A UTF-8 lead byte: continuation bytes to come (0: not a lead), the range code of the first one
+// (continuation_range), its payload bits, and the code points the sequence can still become.
+struct Utf8Lead {
+  uint16_t more = 0;
+  uint32_t range = 0, payload = 0, lo = 0, hi = 0;
+};
+Utf8Lead utf8_lead(uint8_t c) {
+  if (c >= 0xC2 && c <= 0xDF) return {1, 0, c & 0x1Fu, (c & 0x1Fu) << 6, ((c & 0x1Fu) << 6) + 0x3F};
+  if (c == 0xE0) return {2, 1, 0, 0x800, 0xFFF};
+  if (c == 0xED) return {2, 2, 0xD, 0xD000, 0xD7FF};
+  if (c >= 0xE1 && c <= 0xEF) return {2, 0, c & 0xFu, (c & 0xFu) << 12, ((c & 0xFu) << 12) + 0xFFF};
+  if (c == 0xF0) return {3, 3, 0, 0x10000, 0x3FFFF};
+  if (c >= 0xF1 && c <= 0xF3) return {3, 0, c & 0x7u, (c & 0x7u) << 18, ((c & 0x7u) << 18) + 0x3FFFF};
+  if (c == 0xF4) return {3, 4, 4, 0x100000, 0x10FFFF};
+  return {};
+}
+// Range codes: 0 any continuation, then the first continuation after E0, ED, F0, F4.
+std::pair<uint8_t, uint8_t> continuation_range(uint32_t code) {
+  switch (code) {
+    case 1: return {0xA0, 0xBF};
+    case 2: return {0x80, 0x9F};
+    case 3: return {0x90, 0xBF};
+    case 4: return {0x80, 0x8F};
+  }
+  return {0x80, 0xBF};
+}
 
 }  // namespace
 
@@ -178,6 +230,7 @@ void JsonRecognizer::expect_value(Thread& t, uint32_t node, uint8_t c, State& ou
       if (c != '"') return;
       f.type = kString;
       f.phase = kStrNormal;
+      if (n.pattern >= 0) f.bits = StringPattern::kStart;
       break;
     case Kind::Number:
     case Kind::Integer:
@@ -327,68 +380,90 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
       }
       return;
 
-    case kString:
+    case kString: {
+      // With a pattern, bits holds its automaton's state: every character (decoded from an escape or
+      // from UTF-8) steps it, and a multi-byte character or an escape starts only when some
+      // character it could become is allowed.
+      const StringPattern* pattern = n.pattern >= 0 ? &grammar_->patterns[size_t(n.pattern)] : nullptr;
       switch (f.phase) {
         case kStrNormal:
           if (c == '"') {
-            if (f.count >= n.min) pop();
+            if (f.count >= n.min && (!pattern || pattern->accepts(f.bits))) pop();
             return;
           }
           if (c < 0x20 || f.count >= n.max) return;
           if (c == '\\') {
+            if (pattern && !any_escape_allowed(*pattern, f.bits)) return;
             f.phase = kStrEscape;
           } else if (c >= 0x80) {
-            // UTF-8 lead byte: how many continuation bytes follow, and the range of the first.
-            uint8_t lo = 0x80, hi = 0xBF, more = 0;
-            if (c >= 0xC2 && c <= 0xDF) more = 1;
-            else if (c == 0xE0) more = 2, lo = 0xA0;
-            else if (c == 0xED) more = 2, hi = 0x9F;
-            else if (c >= 0xE1 && c <= 0xEF) more = 2;
-            else if (c == 0xF0) more = 3, lo = 0x90;
-            else if (c >= 0xF1 && c <= 0xF3) more = 3;
-            else if (c == 0xF4) more = 3, hi = 0x8F;
-            else return;
+            const Utf8Lead lead = utf8_lead(c);
+            if (!lead.more || (pattern && !pattern->allows_any(f.bits, lead.lo, lead.hi))) return;
             f.phase = kStrUtf8;
-            f.pos = more;
-            f.bits = uint64_t(lo) | uint64_t(hi) << 8;
+            f.pos = lead.more;
+            // The code point so far (only a pattern needs it) and the first continuation's range.
+            f.unused = (pattern ? lead.payload << 3 : 0) | lead.range;
+          } else if (pattern) {
+            f.bits = pattern->step(f.bits, c);
+            if (!f.bits) return;
           }
           f.count = bump(f.count, n);
           out.push_back(t);
           return;
-        case kStrEscape:
+        case kStrEscape: {
           if (c == 'u') {
+            if (pattern) return;  // a pattern's characters come as themselves (or simple escapes)
             f.phase = kStrHex;
             f.pos = 4;
-          } else if (std::strchr("\"\\/bfnrt", c) && c != 0) {
-            f.phase = kStrNormal;
-          } else {
+            f.unused = 0;
+            out.push_back(t);
             return;
           }
+          const int decoded = simple_escape(c);
+          if (decoded < 0) return;
+          if (pattern) {
+            f.bits = pattern->step(f.bits, uint32_t(decoded));
+            if (!f.bits) return;
+          }
+          f.phase = kStrNormal;
           out.push_back(t);
           return;
-        case kStrHex:
+        }
+        case kStrHex: {
           // No surrogate escapes (\uD800 .. \uDFFF): a lone one is invalid, and a pair would be
           // counted as two characters. The model writes such characters as UTF-8.
-          if (!is_hex(c)) return;
-          if (f.pos == 4) f.bits = c == 'd' || c == 'D';
-          if (f.pos == 3 && f.bits && !(c >= '0' && c <= '7')) return;
+          const int digit = hex_value(c);
+          if (digit < 0) return;
+          if (f.pos == 3 && f.unused == 0xD && digit >= 8) return;
+          f.unused = f.unused * 16 + uint32_t(digit);
           if (--f.pos == 0) {
             f.phase = kStrNormal;
-            f.bits = 0;
+            f.unused = 0;
           }
           out.push_back(t);
           return;
-        case kStrUtf8:
-          if (c < uint8_t(f.bits & 0xFF) || c > uint8_t(f.bits >> 8)) return;
-          f.bits = 0x80 | uint64_t(0xBF) << 8;
-          if (--f.pos == 0) {
-            f.phase = kStrNormal;
-            f.bits = 0;
+        }
+        case kStrUtf8: {
+          const auto [lo, hi] = continuation_range(f.unused & 7);
+          if (c < lo || c > hi) return;
+          --f.pos;
+          const uint32_t code_point = (f.unused >> 3) << 6 | (c & 0x3F);
+          if (pattern) {
+            if (f.pos == 0) {
+              f.bits = pattern->step(f.bits, code_point);
+              if (!f.bits) return;
+            } else {
+              const uint32_t shift = 6 * f.pos;
+              if (!pattern->allows_any(f.bits, code_point << shift, ((code_point + 1) << shift) - 1)) return;
+            }
           }
+          f.unused = f.pos == 0 ? 0 : pattern ? code_point << 3 : 0;
+          if (f.pos == 0) f.phase = kStrNormal;
           out.push_back(t);
           return;
+        }
       }
       return;
+    }
 
     case kNumber: {
       const bool integer = n.kind == Kind::Integer;

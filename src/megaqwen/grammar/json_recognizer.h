@@ -37,7 +37,7 @@ class JsonRecognizer {
     uint16_t pos;     // literal / key: bytes matched; number: bytes; string: UTF-8 continuation state
     uint8_t type;
     uint8_t phase;
-    uint32_t unused;  // no padding: frames compare as bytes
+    uint32_t unused;  // string: the escape or character being read; else 0 (frames compare as bytes)
   };
   struct Thread {
     uint16_t depth = 0;
