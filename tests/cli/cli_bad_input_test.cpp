@@ -225,8 +225,10 @@ TEST_F(CliBadInput, GenerateJsonSchemaWritesValidJson) {
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_TRUE(ordered_json::parse(r.out).is_string()) << r.out;
   EXPECT_LE(ordered_json::parse(r.out).get<std::string>().size(), 5u * 4) << r.out;
-  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", R"({"type": "string", "pattern": "a"})"}),
-                        {"--json-schema", "\"pattern\" is not supported"});
+  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", R"({"type": "integer", "minimum": 1})"}),
+                        {"--json-schema", "\"minimum\" is not supported"});
+  expect_one_error_line(json_run({"--prompt", "x", "--json-schema", R"js({"type": "string", "pattern": "(?=a)"})js"}),
+                        {"--json-schema.pattern", "lookaround"});
   expect_one_error_line(json_run({"--prompt", "x", "--json-schema", "{"}), {"--json-schema: not JSON"});
   expect_one_error_line(json_run({"--prompt", "x", "--json-schema", "@/no/such/file"}), {"cannot read /no/such/file"});
   expect_one_error_line(json_run({"--prompt", "x", "--json", "--ignore-eos"}), {"--ignore-eos"});
