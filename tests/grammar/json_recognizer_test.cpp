@@ -278,6 +278,22 @@ TEST(JsonRecognizer, NestedAlternativesExpandOnce) {
   EXPECT_FALSE(allows_prefix(g, "\"x"));
 }
 
+// Masks are cached by cache_key: string lengths far from both bounds share one key, others do not.
+TEST(JsonRecognizer, CacheKeysMergeLengthsNoPieceCanTellApart) {
+  const auto g = grammar_of(ojson::parse(R"({"type": "string", "minLength": 5, "maxLength": 300})"));
+  auto key_after = [&](size_t chars) {
+    JsonRecognizer r(g);
+    std::string text(chars + 1, 'a');
+    text[0] = '"';
+    EXPECT_TRUE(r.advance(text));
+    return r.cache_key(128);
+  };
+  EXPECT_EQ(key_after(5), key_after(6));
+  EXPECT_EQ(key_after(10), key_after(172));
+  EXPECT_NE(key_after(172), key_after(173)) << "a 128-byte piece could reach maxLength from 173";
+  EXPECT_NE(key_after(4), key_after(5)) << "below minLength the closing quote is refused";
+}
+
 TEST(JsonRecognizer, AStepThatFailsLeavesTheStateAsItWas) {
   JsonRecognizer r(grammar_of(kPerson));
   ASSERT_TRUE(r.advance("{\"na"));

@@ -12,16 +12,6 @@ namespace {
 
 constexpr size_t kMaxCachedMasks = 512;  // ~19 KB each for Qwen's vocabulary
 
-// The state as bytes: the cache key.
-std::string state_key(const JsonRecognizer::State& state) {
-  std::string key;
-  for (const auto& t : state) {
-    const char* p = reinterpret_cast<const char*>(&t);
-    key.append(p, offsetof(JsonRecognizer::Thread, frames) + t.depth * sizeof(JsonRecognizer::Frame));
-  }
-  return key;
-}
-
 }  // namespace
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
@@ -37,7 +27,7 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::
 
 const std::vector<uint64_t>& JsonConstraint::allowed() {
   if (current_) return *current_;
-  std::string key = state_key(recognizer_.state());
+  std::string key = recognizer_.cache_key(trie_->max_token_bytes());
   if (auto it = cache_.find(key); it != cache_.end()) return *(current_ = &it->second);
   if (cache_.size() >= kMaxCachedMasks) cache_.clear();
   std::vector<uint64_t> bits((size_t(trie_->vocab_size()) + 63) / 64 + 1, 0);

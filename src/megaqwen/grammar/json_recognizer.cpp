@@ -1,6 +1,7 @@
 #include "megaqwen/grammar/json_recognizer.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "megaqwen/util/error.h"
@@ -184,6 +185,22 @@ bool JsonRecognizer::complete(const State& state) {
     if (t.depth == 0 || (t.depth == 1 && t.frames[0].type == kNumber && number_accepts(t.frames[0].phase)))
       return true;
   return false;
+}
+
+std::string JsonRecognizer::cache_key(size_t max_piece_bytes) const {
+  std::string key;
+  for (Thread t : state_) {
+    for (int d = 0; d < t.depth; ++d) {
+      Frame& f = t.frames[d];
+      if (f.type != kString) continue;
+      const JsonGrammar::Node& n = grammar_->nodes[f.node];
+      // A piece of k bytes adds at most k characters: from any count in [min, max - max_piece_bytes]
+      // every piece fits or not alike, and min stands for them all.
+      if (n.max != JsonGrammar::kUnbounded && f.count >= n.min && n.max - f.count >= max_piece_bytes) f.count = n.min;
+    }
+    key.append(reinterpret_cast<const char*>(&t), offsetof(Thread, frames) + used_bytes(t));
+  }
+  return key;
 }
 
 void JsonRecognizer::step(const State& in, uint8_t byte, State& out) const {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -65,6 +66,11 @@ class JsonRecognizer {
   bool complete() const { return complete(state_); }
   const State& state() const { return state_; }
   const JsonGrammar& grammar() const { return *grammar_; }
+
+  // The state as bytes, for caching what depends on it alone (JsonConstraint's masks), with the
+  // length of a bounded string made the same wherever no piece of up to `max_piece_bytes` bytes can
+  // reach a bound: inside a string with a maxLength the masks then repeat as they do without one.
+  std::string cache_key(size_t max_piece_bytes) const;
 
   // One byte from `in` into `out` (cleared first); empty when the byte fits no thread.
   void step(const State& in, uint8_t byte, State& out) const;
