@@ -50,31 +50,42 @@ TEST(StringPattern, AgreesWithStdRegexOnRandomStrings) {
   }
 }
 
-// Grows strings one allowed ASCII character at a time and stops at random where the pattern
-// accepts: never stuck (every state can still match), and every accepted string is a match.
+// Grows a string one allowed character (codes [lo, hi)) at a time, stopping at random where the
+// pattern accepts, always once past soft_limit characters, and giving up at hard_limit.
+struct Grown {
+  std::string text;
+  bool accepted = false;
+  bool stuck = false;  // no character fits and the pattern does not accept
+};
+Grown grow(const StringPattern& p, std::mt19937_64& rng, int lo, int hi, size_t soft_limit, size_t hard_limit) {
+  Grown g;
+  uint64_t state = StringPattern::kStart;
+  while (g.text.size() < hard_limit) {
+    if (p.accepts(state) && (rng() % 4 == 0 || g.text.size() > soft_limit)) break;
+    std::vector<char> fits;
+    for (int c = lo; c < hi; ++c)
+      if (p.step(state, uint32_t(c))) fits.push_back(char(c));
+    if (fits.empty()) break;
+    const char c = fits[rng() % fits.size()];
+    state = p.step(state, uint8_t(c));
+    g.text += c;
+  }
+  g.accepted = p.accepts(state);
+  g.stuck = !g.accepted && g.text.size() < hard_limit;
+  return g;
+}
+
+// Every state can still match (never stuck), and every accepted string is a match.
 TEST(StringPattern, EveryPrefixItAllowsCompletesToAMatch) {
   std::mt19937_64 rng(5);
   for (const char* source : kPatterns) {
     const StringPattern p = StringPattern::compile(source, "pattern");
     const std::regex re(source, std::regex::ECMAScript);
     for (int walk = 0; walk < 200; ++walk) {
-      uint64_t state = StringPattern::kStart;
-      std::string s;
-      for (int step = 0; step < 40; ++step) {
-        if (p.accepts(state) && (rng() % 4 == 0 || step > 30)) break;
-        std::vector<char> fits;
-        for (int c = 0; c < 128; ++c)
-          if (p.step(state, uint32_t(c))) fits.push_back(char(c));
-        if (fits.empty()) {
-          ASSERT_TRUE(p.accepts(state)) << source << ": stuck after \"" << s << "\"";
-          break;
-        }
-        const char c = fits[rng() % fits.size()];
-        state = p.step(state, uint8_t(c));
-        s += c;
-      }
-      if (p.accepts(state)) {
-        EXPECT_TRUE(std::regex_search(s, re)) << source << " accepted \"" << s << "\"";
+      const Grown g = grow(p, rng, 0, 128, 30, 40);
+      ASSERT_FALSE(g.stuck) << source << ": stuck after \"" << g.text << "\"";
+      if (g.accepted) {
+        EXPECT_TRUE(std::regex_search(g.text, re)) << source << " accepted \"" << g.text << "\"";
       }
     }
   }
@@ -108,23 +119,9 @@ TEST(StringPattern, FormatsProduceOnlyValidValues) {
     ASSERT_TRUE(regex) << format;
     const StringPattern p = StringPattern::compile(*regex, format);
     for (int walk = 0; walk < 300; ++walk) {
-      uint64_t state = StringPattern::kStart;
-      std::string s;
-      while (!(p.accepts(state) && (rng() % 3 == 0 || s.size() > 40))) {
-        std::vector<char> fits;
-        for (int c = 32; c < 127; ++c)
-          if (p.step(state, uint32_t(c))) fits.push_back(char(c));
-        if (fits.empty()) {
-          ASSERT_TRUE(p.accepts(state)) << format << " stuck after " << s;
-          break;
-        }
-        const char c = fits[rng() % fits.size()];
-        state = p.step(state, uint8_t(c));
-        s += c;
-        ASSERT_LT(s.size(), 5000u) << format;
-      }
-      const bool ok = test::format_ok(format, s);
-      EXPECT_TRUE(ok) << format << ": " << s;
+      const Grown g = grow(p, rng, 32, 127, 40, 5000);
+      ASSERT_TRUE(g.accepted) << format << " stuck or endless: " << g.text;
+      EXPECT_TRUE(test::format_ok(format, g.text)) << format << ": " << g.text;
     }
   }
   EXPECT_FALSE(StringPattern::format_regex("uri"));
