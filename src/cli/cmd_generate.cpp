@@ -1,7 +1,5 @@
 // megaqwen generate: one prompt in, tokens streamed out as they come.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 
@@ -15,6 +13,7 @@
 #include "megaqwen/model/model.h"
 #include "megaqwen/tokenizer/tokenizer.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen::cli {
 
@@ -34,12 +33,7 @@ struct GenerateArgs {
 
 // --json-schema's grammar: the schema given as JSON text, or read from the file after an @.
 std::shared_ptr<const JsonGrammar> schema_grammar(const std::string& arg) {
-  std::string text = arg;
-  if (!arg.empty() && arg[0] == '@') {
-    std::ifstream in(arg.substr(1), std::ios::binary);
-    if (!in) fail("--json-schema: cannot read {}", arg.substr(1));
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string text = !arg.empty() && arg[0] == '@' ? read_text_file(arg.substr(1)) : arg;
   nlohmann::ordered_json schema;
   try {
     schema = nlohmann::ordered_json::parse(text);

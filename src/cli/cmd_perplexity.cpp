@@ -3,7 +3,6 @@
 // number compares with theirs and between megaqwen's engines.
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -11,6 +10,7 @@
 #include "megaqwen/engine/scoring.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen::cli {
 
@@ -24,12 +24,7 @@ struct PerplexityArgs {
 
 void run_perplexity(const PerplexityArgs& a) {
   if (a.file.empty() == a.text.empty()) fail("give exactly one of --file PATH or --text TEXT");
-  std::string text = a.text;
-  if (!a.file.empty()) {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) fail("cannot read {}", a.file);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
   auto model = load_model(a.model.model);
   const Tokenizer tokenizer = *load_model_tokenizer(model->dir, true);
   const std::vector<int32_t> tokens = tokenizer.encode(text);

@@ -1,12 +1,11 @@
 #include "megaqwen/chat/chat_template.h"
 
 #include <array>
-#include <fstream>
-#include <sstream>
 
 #include "megaqwen/chat/qwen35_template.h"
 #include "megaqwen/chat/qwen3_template.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen {
 namespace {
@@ -23,14 +22,6 @@ const std::array<KnownTemplate, 2>& known_templates() {
       {kQwen35TemplateFingerprint, std::make_shared<Qwen35Template>()},
   }};
   return known;
-}
-
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("cannot open {}", path.string());
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 // tokenizer_config.json's "chat_template": a string, or a list of {"name", "template"} of which the

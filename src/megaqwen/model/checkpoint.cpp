@@ -4,9 +4,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen {
 
@@ -16,11 +16,7 @@ namespace {
 
 // The shard file names listed by an index, in first-seen order, with the tensors each must hold.
 std::vector<std::pair<std::string, std::set<std::string>>> read_index(const fs::path& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) fail("cannot read {}", index_path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  auto root = nlohmann::json::parse(text.str(), nullptr, false);
+  auto root = nlohmann::json::parse(read_text_file(index_path), nullptr, false);
   if (root.is_discarded()) fail("{}: not valid JSON", index_path.string());
   if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object())
     fail("{}: missing 'weight_map' object", index_path.string());

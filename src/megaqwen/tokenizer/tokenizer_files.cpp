@@ -1,10 +1,10 @@
 #include "megaqwen/tokenizer/tokenizer_files.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen {
 namespace {
@@ -12,17 +12,9 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("{}: cannot open", file.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return std::move(buffer).str();
-}
-
 json parse_json(const fs::path& file) {
   try {
-    return json::parse(read_file(file));
+    return json::parse(read_text_file(file));
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", file.string(), e.what());
   }
@@ -172,7 +164,7 @@ TokenizerSpec read_vocab_and_merges(const fs::path& model_dir) {
     spec.vocab.emplace_back(spelling, id.get<std::int32_t>());
   }
 
-  std::istringstream merges(read_file(merges_file));
+  std::istringstream merges(read_text_file(merges_file));
   std::string line;
   for (std::size_t line_number = 1; std::getline(merges, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
