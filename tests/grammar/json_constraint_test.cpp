@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "grammar/noise_engine.h"
 #include "grammar/schema_validator.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/tokenizer/tokenizer.h"
@@ -217,44 +218,11 @@ TEST_F(Qwen3Vocabulary, MaskEqualsTryingEveryToken) {
   }
 }
 
-// A model of random logits: every draw is a fresh random choice among what the mask leaves.
-class NoiseEngine final : public Engine {
- public:
-  explicit NoiseEngine(int vocab) : logits_(size_t(vocab)) { config_.vocab_size = vocab; }
-  const ModelConfig& config() const override { return config_; }
-  std::string device_name() const override { return "noise"; }
-  int context_size() const override { return 4096; }
-  int position() const override { return position_; }
-  std::span<const float> prefill(std::span<const int32_t> tokens) override {
-    position_ += int(tokens.size());
-    return fill();
-  }
-  void prefill_all_logits(std::span<const int32_t>, std::vector<float>&) override { fail("not here"); }
-  std::span<const float> decode(int32_t) override {
-    ++position_;
-    return fill();
-  }
-  void truncate(int n) override { position_ = n; }
-  void fill_cache_with_noise(int n) override { position_ = n; }
-  uint64_t kv_bytes_per_token() const override { return 0; }
-
- private:
-  std::span<const float> fill() {
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (float& x : logits_) x = normal(rng_);
-    return logits_;
-  }
-  ModelConfig config_;
-  std::vector<float> logits_;
-  std::mt19937 rng_{5};
-  int position_ = 0;
-};
-
 TEST(JsonConstraint, GenerationsOfRandomLogitsParseAndValidate) {
   const auto trie = std::make_shared<const TokenTrie>(toy_vocab());
   const std::vector<ojson> schemas = {kPerson, ojson::parse(R"({"type": "object"})"),
                                       ojson::parse(R"({"type": "array", "items": {"type": "number"}, "maxItems": 4})")};
-  NoiseEngine engine(kToyEnd + 1);
+  test::NoiseEngine engine(kToyEnd + 1);
   Generator gen(engine);
   int whole = 0;
   for (const ojson& schema : schemas) {

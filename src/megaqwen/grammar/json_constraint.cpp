@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "megaqwen/grammar/token_mask.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -30,34 +31,13 @@ const std::vector<uint64_t>& JsonConstraint::allowed() {
   std::string key = recognizer_.cache_key(trie_->max_token_bytes());
   if (auto it = cache_.find(key); it != cache_.end()) return *(current_ = &it->second);
   if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  std::vector<uint64_t> bits((size_t(trie_->vocab_size()) + 63) / 64 + 1, 0);
+  TokenBits bits((size_t(trie_->vocab_size()) + 63) / 64 + 1, 0);
   if (recognizer_.complete() && suffix_.empty())
-    for (int32_t id : end_ids_)
-      if (id >= 0) {
-        if (size_t(id) / 64 >= bits.size()) bits.resize(size_t(id) / 64 + 1, 0);
-        bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
-      }
+    for (int32_t id : end_ids_) set_token_bit(bits, id);
   levels_[0] = recognizer_.state();
-  walk(0, 0, bits);
+  accepted_tokens(*trie_, recognizer_, levels_, bits);
   ++walks_;
   return *(current_ = &cache_.emplace(std::move(key), std::move(bits)).first->second);
-}
-
-// Tries every edge below `node`, whose prefix led to levels_[level]; sets the bits of the tokens
-// that end where a prefix is still accepted.
-void JsonConstraint::walk(uint32_t node, size_t level, std::vector<uint64_t>& bits) {
-  const TokenTrie::Node& n = trie_->nodes()[node];
-  for (uint32_t e = n.first_edge; e < n.first_edge + n.edges; ++e) {
-    recognizer_.step(levels_[level], trie_->edge_byte(e), levels_[level + 1]);
-    if (levels_[level + 1].empty()) continue;
-    const uint32_t child = trie_->edge_child(e);
-    const TokenTrie::Node& c = trie_->nodes()[child];
-    for (uint32_t i = c.first_token; i < c.first_token + c.tokens; ++i) {
-      const int32_t id = trie_->token_id(i);
-      bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
-    }
-    walk(child, level + 1, bits);
-  }
 }
 
 void JsonConstraint::mask(std::span<float> logits) {
@@ -82,25 +62,7 @@ void JsonConstraint::mask(std::span<float> logits) {
     if (open >= 0) fail("a JSON constraint with a suffix cannot let the reply think first");
     open = suffix_[0];
   }
-  bool any = false;
-  // A word at a time: most words of a mask are all ones or all zeros.
-  for (size_t w = 0; w * 64 < logits.size(); ++w) {
-    uint64_t word = w < bits.size() ? bits[w] : 0;
-    if (open >= 0 && size_t(open) / 64 == w) word |= uint64_t(1) << (open % 64);
-    float* x = logits.data() + w * 64;
-    const size_t n = std::min<size_t>(64, logits.size() - w * 64);
-    if (word == 0) {
-      std::fill(x, x + n, -INFINITY);
-      continue;
-    }
-    if (word == ~uint64_t(0) && any) continue;
-    for (size_t i = 0; i < n; ++i) {
-      if (word >> i & 1)
-        any = any || x[i] > -INFINITY;
-      else
-        x[i] = -INFINITY;
-    }
-  }
+  const bool any = mask_logits(bits, open, logits);
   if (!any) fail("the JSON constraint leaves no token the model can produce next");
 }
 

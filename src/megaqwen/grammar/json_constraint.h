@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "megaqwen/grammar/json_recognizer.h"
+#include "megaqwen/grammar/token_mask.h"
 #include "megaqwen/grammar/token_trie.h"
 #include "megaqwen/sampling/output_constraint.h"
 
@@ -45,14 +46,10 @@ class JsonConstraint final : public OutputConstraint {
   const JsonRecognizer& recognizer() const { return recognizer_; }
   // Whether token id may come next: a bit per id (64 per word), the end ids included.
   const std::vector<uint64_t>& allowed();
-  static bool allows(const std::vector<uint64_t>& bits, int32_t id) {
-    return id >= 0 && size_t(id) / 64 < bits.size() && (bits[size_t(id) / 64] >> (id % 64) & 1);
-  }
+  static bool allows(const std::vector<uint64_t>& bits, int32_t id) { return token_bit(bits, id); }
   size_t masks_computed() const { return walks_; }
 
  private:
-  void walk(uint32_t node, size_t level, std::vector<uint64_t>& bits);
-
   JsonRecognizer recognizer_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_ids_;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "megaqwen/grammar/utf8_lead.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -110,33 +111,6 @@ bool any_escape_allowed(const StringPattern& p, uint64_t state) {
   return false;
 }
 
-// A UTF-8 lead byte: continuation bytes to come (0: not a lead), the range code of the first one
-// (continuation_range), its payload bits, and the code points the sequence can still become.
-struct Utf8Lead {
-  uint16_t more = 0;
-  uint32_t range = 0, payload = 0, lo = 0, hi = 0;
-};
-Utf8Lead utf8_lead(uint8_t c) {
-  if (c >= 0xC2 && c <= 0xDF) return {1, 0, c & 0x1Fu, (c & 0x1Fu) << 6, ((c & 0x1Fu) << 6) + 0x3F};
-  if (c == 0xE0) return {2, 1, 0, 0x800, 0xFFF};
-  if (c == 0xED) return {2, 2, 0xD, 0xD000, 0xD7FF};
-  if (c >= 0xE1 && c <= 0xEF) return {2, 0, c & 0xFu, (c & 0xFu) << 12, ((c & 0xFu) << 12) + 0xFFF};
-  if (c == 0xF0) return {3, 3, 0, 0x10000, 0x3FFFF};
-  if (c >= 0xF1 && c <= 0xF3) return {3, 0, c & 0x7u, (c & 0x7u) << 18, ((c & 0x7u) << 18) + 0x3FFFF};
-  if (c == 0xF4) return {3, 4, 4, 0x100000, 0x10FFFF};
-  return {};
-}
-// Range codes: 0 any continuation, then the first continuation after E0, ED, F0, F4.
-std::pair<uint8_t, uint8_t> continuation_range(uint32_t code) {
-  switch (code) {
-    case 1: return {0xA0, 0xBF};
-    case 2: return {0x80, 0x9F};
-    case 3: return {0x90, 0xBF};
-    case 4: return {0x80, 0x8F};
-  }
-  return {0x80, 0xBF};
-}
-
 }  // namespace
 
 JsonRecognizer::Thread::Thread(const Thread& o) : depth(o.depth), whitespace(o.whitespace) {
@@ -160,11 +134,15 @@ bool JsonRecognizer::Thread::operator<(const Thread& o) const {
   return std::memcmp(frames, o.frames, used_bytes(*this)) < 0;
 }
 
-JsonRecognizer::JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {
+JsonRecognizer::JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar)
+    : JsonRecognizer(grammar, grammar->root) {}
+
+JsonRecognizer::JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar, int node) : grammar_(std::move(grammar)) {
+  if (node < 0 || size_t(node) >= grammar_->nodes.size()) fail("JsonRecognizer: node {} is not in the grammar", node);
   Thread t;
   t.depth = 1;
   t.frames[0] = Frame{};
-  t.frames[0].node = uint32_t(grammar_->root);
+  t.frames[0].node = uint32_t(node);
   t.frames[0].type = kValue;
   state_.push_back(t);
 }
@@ -187,9 +165,9 @@ bool JsonRecognizer::complete(const State& state) {
   return false;
 }
 
-std::string JsonRecognizer::cache_key(size_t max_piece_bytes) const {
+std::string JsonRecognizer::cache_key(const State& state, size_t max_piece_bytes) const {
   std::string key;
-  for (Thread t : state_) {
+  for (Thread t : state) {
     for (int d = 0; d < t.depth; ++d) {
       Frame& f = t.frames[d];
       if (f.type != kString) continue;
@@ -460,7 +438,7 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
           return;
         }
         case kStrUtf8: {
-          const auto [lo, hi] = continuation_range(f.unused & 7);
+          const auto [lo, hi] = utf8_continuation_range(f.unused & 7);
           if (c < lo || c > hi) return;
           --f.pos;
           const uint32_t code_point = (f.unused >> 3) << 6 | (c & 0x3F);

@@ -59,6 +59,8 @@ class JsonRecognizer {
   using State = std::vector<Thread>;
 
   explicit JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar);
+  // A value of `node` rather than of the grammar's root (one parameter of a tool call).
+  JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar, int node);
 
   // Takes the bytes if every one fits (true); otherwise leaves the state as it was (false).
   bool advance(std::string_view bytes);
@@ -70,7 +72,8 @@ class JsonRecognizer {
   // The state as bytes, for caching what depends on it alone (JsonConstraint's masks), with the
   // length of a bounded string made the same wherever no piece of up to `max_piece_bytes` bytes can
   // reach a bound: inside a string with a maxLength the masks then repeat as they do without one.
-  std::string cache_key(size_t max_piece_bytes) const;
+  std::string cache_key(size_t max_piece_bytes) const { return cache_key(state_, max_piece_bytes); }
+  std::string cache_key(const State& state, size_t max_piece_bytes) const;
 
   // One byte from `in` into `out` (cleared first); empty when the byte fits no thread.
   void step(const State& in, uint8_t byte, State& out) const;

@@ -6,6 +6,7 @@
 
 #include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/grammar/json_constraint.h"
+#include "megaqwen/grammar/xml_tool_call_constraint.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/server/api_error.h"
 #include "megaqwen/util/error.h"
@@ -118,12 +119,20 @@ ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequ
   prompt.starts_in_thinking = open != std::string::npos && opening.find("</think>", open) == std::string::npos;
   prompt.may_think = opening.find("</think>") == std::string::npos;
   prompt.forced_prefix = forced_tool_call_prefix(served, r);
-  if (!prompt.forced_prefix.empty() && !is_qwen35(served)) {
+  if (!prompt.forced_prefix.empty()) {
+    // Where the tools' schemas cannot be written in the call's form, the call is left to the model.
     try {
-      prompt.call_grammar = tool_call_grammar(r);
-      prompt.call_suffix = "\n</tool_call>";
+      if (is_qwen35(served)) {
+        const std::string name = r.tool_choice == ToolChoice::Function ? r.forced_function : "";
+        prompt.xml_call_grammar =
+            std::make_shared<const XmlToolCallGrammar>(XmlToolCallGrammar::from_tools(r.tools, name));
+      } else {
+        prompt.call_grammar = tool_call_grammar(r);
+        prompt.call_suffix = "\n</tool_call>";
+      }
     } catch (const Error&) {
-      prompt.call_grammar.reset();  // the tools' schemas do not combine: the call is left to the model
+      prompt.call_grammar.reset();
+      prompt.xml_call_grammar.reset();
     }
   }
   if (!prompt.forced_prefix.empty()) {
@@ -156,7 +165,12 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.prompt_logprobs = options.prompt_logprobs;
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
-  if (chat && chat->call_grammar) {
+  if (chat && chat->xml_call_grammar) {
+    std::vector<XmlToolCallConstraint::AddedToken> added;  // Qwen's "</tool_call>" is a token of its own
+    if (const auto close = served.tokenizer.token_id("</tool_call>")) added.push_back({*close, "</tool_call>"});
+    g.constraint = std::make_shared<XmlToolCallConstraint>(chat->xml_call_grammar, served.token_trie, served.eos_ids,
+                                                           std::move(added));
+  } else if (chat && chat->call_grammar) {
     auto constraint = std::make_shared<JsonConstraint>(chat->call_grammar, served.token_trie, served.eos_ids);
     constraint->set_suffix(served.tokenizer.encode(chat->call_suffix));
     g.constraint = std::move(constraint);

@@ -11,6 +11,7 @@
 #include "megaqwen/chat/chat_template.h"
 #include "megaqwen/grammar/json_grammar.h"
 #include "megaqwen/grammar/token_trie.h"
+#include "megaqwen/grammar/xml_tool_call_grammar.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/server/openai_protocol.h"
 #include "megaqwen/tokenizer/tokenizer.h"
@@ -41,6 +42,8 @@ struct ChatPrompt {
   // A forced call in Qwen3's JSON format: the call's JSON is constrained, then call_suffix closes it.
   std::shared_ptr<const JsonGrammar> call_grammar;
   std::string call_suffix;
+  // A forced call in Qwen3.5's XML format: the rest of the call after forced_prefix is constrained.
+  std::shared_ptr<const XmlToolCallGrammar> xml_call_grammar;
 };
 // 400 when the template refuses the messages or the prompt leaves no room to generate.
 ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
