@@ -1,0 +1,105 @@
+// libFuzzer target: forced Qwen3.5 tool calls. The input is a request's tool list as JSON (up to its
+// first NUL byte) and a reply (the bytes after it). XmlToolCallGrammar::from_tools must compile the
+// tools or throw megaqwen::Error; the recognizer then reads the reply, and whenever it calls a
+// prefix a whole call, the server's parser must read that call back as one of the tools with JSON
+// arguments. A walk that always takes the first allowed byte (bounded) must never reach a state with
+// no byte allowed before the call is whole. Any other exception, crash, sanitizer report or hang is a
+// finding.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "megaqwen/grammar/xml_tool_call_recognizer.h"
+#include "megaqwen/server/tool_call_parser.h"
+#include "megaqwen/util/error.h"
+
+namespace {
+
+using nlohmann::ordered_json;
+
+void must_parse(const std::string& call, const std::vector<ordered_json>& tools,
+                const megaqwen::XmlToolCallGrammar& grammar) {
+  const std::string close = "</tool_call>";
+  const auto parsed = megaqwen::server::parse_tool_call("<function=" + call.substr(0, call.size() - close.size()), tools);
+  bool known = false;
+  if (parsed)
+    for (const auto& t : grammar.tools) known = known || t.name == parsed->name;
+  if (!parsed || !known || !ordered_json::parse(parsed->arguments).is_object()) {
+    std::fprintf(stderr, "the recognizer took a call the parser does not read back:\n%s\n", call.c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const size_t nul = input.find('\0');
+  const std::string_view tools_text = input.substr(0, nul);
+  const std::string_view reply = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
+  std::vector<ordered_json> tools;
+  try {
+    // The shape the request parser guarantees: a list of {"function": {"name": string, ...}}.
+    const ordered_json list = ordered_json::parse(tools_text);
+    if (!list.is_array() || list.empty()) return 0;
+    for (const ordered_json& t : list) {
+      if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
+        return 0;
+      tools.push_back(t);
+    }
+  } catch (const std::exception&) {
+    return 0;  // not a tool list: not this target's subject
+  }
+  try {
+    auto grammar = std::make_shared<const megaqwen::XmlToolCallGrammar>(megaqwen::XmlToolCallGrammar::from_tools(tools, ""));
+    megaqwen::XmlToolCallRecognizer r(grammar);
+    std::string taken;
+    for (char c : reply) {
+      if (!r.advance(std::string_view(&c, 1))) break;
+      taken += c;
+      if (r.complete()) must_parse(taken, tools, *grammar);
+    }
+    megaqwen::XmlToolCallRecognizer::State state = r.state(), next;
+    for (int step = 0; step < 512 && !megaqwen::XmlToolCallRecognizer::complete(state); ++step) {
+      bool moved = false;
+      // Prefer a newline and then '<' (they lead out of text values), then the first byte that fits.
+      for (int b : {'\n', '<', '/'}) {
+        r.step(state, uint8_t(b), next);
+        if (!next.empty()) {
+          moved = true;
+          taken += char(b);
+          state.swap(next);
+          break;
+        }
+      }
+      for (int b = 0; b < 256 && !moved; ++b) {
+        r.step(state, uint8_t(b), next);
+        if (!next.empty()) {
+          state.swap(next);
+          taken += char(b);
+          moved = true;
+        }
+      }
+      if (!moved) {
+        std::fprintf(stderr, "dead end after: %s\n", taken.c_str());
+        std::abort();
+      }
+    }
+    if (megaqwen::XmlToolCallRecognizer::complete(state)) must_parse(taken, tools, *grammar);
+  } catch (const megaqwen::Error&) {
+    // Refused with a message: tools the XML form cannot carry.
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected exception: %s\n", e.what());
+    std::abort();
+  }
+  return 0;
+}
