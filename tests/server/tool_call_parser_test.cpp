@@ -57,6 +57,22 @@ TEST(ToolCallParser, XmlValuesFollowTheToolSchema) {
   EXPECT_EQ(ordered_json::parse(call->arguments), ordered_json::parse(R"({"zip": "02139", "limit": 5})"));
 }
 
+TEST(ToolCallParser, XmlReadsThePythonFormsTheTemplateWritesWhereTheSchemaTypesThem) {
+  // The Qwen3.5 template renders booleans and nulls with Python's str(): True, False, None.
+  std::vector<ordered_json> tools = {ordered_json::parse(
+      R"({"type": "function", "function": {"name": "alarm", "parameters": {"type": "object",
+          "properties": {"loud": {"type": "boolean"}, "note": {"type": ["string", "null"]},
+                         "label": {"type": "string"}}}}})")};
+  auto call = parse_tool_call("<function=alarm>\n<parameter=loud>\nTrue\n</parameter>\n<parameter=note>\nNone\n"
+                              "</parameter>\n<parameter=label>\nFalse\n</parameter>\n<parameter=x>\nTrue\n"
+                              "</parameter>\n</function>",
+                              tools);
+  ASSERT_TRUE(call);
+  // label is declared a string, x is not declared: both keep the text.
+  EXPECT_EQ(ordered_json::parse(call->arguments),
+            ordered_json::parse(R"({"loud": true, "note": null, "label": "False", "x": "True"})"));
+}
+
 TEST(ToolCallParser, XmlMultilineValueKeepsInnerNewlines) {
   auto call = parse_tool_call("<function=write>\n<parameter=text>\nline 1\nline 2\n</parameter>\n</function>");
   ASSERT_TRUE(call);

@@ -1,5 +1,6 @@
 #include "megaqwen/server/tool_call_parser.h"
 
+#include <algorithm>
 #include <random>
 
 namespace megaqwen::server {
@@ -35,22 +36,36 @@ std::optional<ParsedToolCall> parse_json_call(std::string_view body) {
   return ParsedToolCall{call["name"].get<std::string>(), as_text(arguments)};
 }
 
-// The declared JSON type of a tool's parameter, "" when unknown.
-std::string declared_type(const std::vector<ordered_json>& tools, const std::string& function,
-                          const std::string& parameter) {
+// The declared JSON "type" of a tool's parameter: a name, a list of names, or null when unknown.
+ordered_json declared_type(const std::vector<ordered_json>& tools, const std::string& function,
+                           const std::string& parameter) {
   for (const auto& tool : tools) {
     const auto fn = tool.find("function");
     if (fn == tool.end() || !fn->is_object() || fn->value("name", ordered_json()) != function) continue;
     const ordered_json* props = nullptr;
     if (auto p = fn->find("parameters"); p != fn->end() && p->is_object())
       if (auto q = p->find("properties"); q != p->end() && q->is_object()) props = &*q;
-    if (!props) return "";
+    if (!props) return nullptr;
     auto prop = props->find(parameter);
-    if (prop == props->end() || !prop->is_object()) return "";
+    if (prop == props->end() || !prop->is_object()) return nullptr;
     auto type = prop->find("type");
-    return type != prop->end() && type->is_string() ? type->get<std::string>() : "";
+    return type != prop->end() ? *type : ordered_json(nullptr);
   }
-  return "";
+  return nullptr;
+}
+
+bool type_allows(const ordered_json& type, const char* name) {
+  if (type.is_string()) return type == name;
+  return type.is_array() && std::find(type.begin(), type.end(), ordered_json(name)) != type.end();
+}
+
+// True, False and None, as the Qwen3.5 template renders a call's booleans and nulls (Python's
+// str()); the model copies that form from the history. Read so only where the schema's type
+// admits the value.
+std::optional<ordered_json> python_literal(std::string_view value, const ordered_json& type) {
+  if ((value == "True" || value == "False") && type_allows(type, "boolean")) return ordered_json(value == "True");
+  if (value == "None" && type_allows(type, "null")) return ordered_json(nullptr);
+  return std::nullopt;
 }
 
 std::optional<ParsedToolCall> parse_xml_call(std::string_view body, const std::vector<ordered_json>& tools) {
@@ -72,8 +87,11 @@ std::optional<ParsedToolCall> parse_xml_call(std::string_view body, const std::v
     std::string key(trim(rest.substr(p_open.size(), key_end - p_open.size())));
     std::string value(strip_one_newline(rest.substr(key_end + 1, value_end - key_end - 1)));
     if (key.empty()) return std::nullopt;
-    if (declared_type(tools, name, key) == "string") {
+    const ordered_json type = declared_type(tools, name, key);
+    if (type == "string") {
       arguments[key] = value;
+    } else if (const auto python = python_literal(value, type)) {
+      arguments[key] = *python;
     } else {
       ordered_json parsed = ordered_json::parse(value, nullptr, false);
       arguments[key] = parsed.is_discarded() ? ordered_json(value) : parsed;

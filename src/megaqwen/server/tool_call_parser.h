@@ -7,7 +7,8 @@
 //                           </parameter>
 //                           </function>
 // XML parameter values are text; they are typed with the tool's JSON schema when the request gave one
-// (a "string" parameter stays a string), else read as JSON when they parse as JSON.
+// (a "string" parameter stays a string; True, False and None, the forms the template writes, are
+// booleans and null where the parameter's type admits them), else read as JSON when they parse as JSON.
 #pragma once
 
 #include <nlohmann/json.hpp>
