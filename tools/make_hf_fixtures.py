@@ -17,6 +17,7 @@ Needs torch and transformers (the versions used are written to the README and to
 """
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -70,6 +71,31 @@ CASES = {
     "f32": dict(vocab_size=320, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=1, head_dim=16, intermediate_size=96, rope_theta=1e6,
                 tie_word_embeddings=True, dtype="float32"),
+    # YaRN RoPE scaling (transformers 5's rope_parameters form): an original context of 64 stretched x4,
+    # so the 70-token sequence runs past it; attention_factor 0.1 ln 4 + 1 scales q.k.
+    "yarn_bf16": dict(vocab_size=384, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, intermediate_size=128, rope_theta=1e4,
+                      tie_word_embeddings=True, dtype="bfloat16",
+                      rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64)),
+    # Linear RoPE scaling in the legacy top-level rope_scaling form ("type", as older configs write it).
+    "linear_legacy_bf16": dict(vocab_size=384, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=16, intermediate_size=128, rope_theta=1e4,
+                               tie_word_embeddings=True, dtype="bfloat16", legacy_rope_scaling=True,
+                               rope_scaling=dict(type="linear", factor=2.5)),
+}
+
+# RoPE frequencies alone, at real shapes (tests/fixtures/hf/rope_frequencies.json): transformers'
+# inverse frequencies and attention factor for each, checked by tests/model/rope_test.cpp.
+ROPE_CONFIGS = {
+    "qwen3_default": dict(head_dim=128, rope_theta=1e6, max_position_embeddings=40960, rope_parameters=None),
+    "qwen3_yarn4": dict(head_dim=128, rope_theta=1e6, max_position_embeddings=40960,
+                        rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768)),
+    "qwen3_yarn_mscale_untruncated": dict(
+        head_dim=128, rope_theta=1e6, max_position_embeddings=40960,
+        rope_parameters=dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=16384, beta_fast=16,
+                             beta_slow=2, mscale=1.0, mscale_all_dim=0.5, truncate=False)),
+    "qwen3_linear2": dict(head_dim=128, rope_theta=1e6, max_position_embeddings=40960,
+                          rope_parameters=dict(rope_type="linear", factor=2.0)),
 }
 
 # Linear and embedding weights ~ N(0, INIT_STD): large enough that logits are well spread (the default
@@ -95,7 +121,8 @@ def build_model(spec, seed):
         intermediate_size=spec["intermediate_size"], rope_theta=spec["rope_theta"],
         tie_word_embeddings=spec["tie_word_embeddings"], initializer_range=INIT_STD,
         max_position_embeddings=1024, rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None,
-        pad_token_id=None, attn_implementation="eager")
+        pad_token_id=None, attn_implementation="eager",
+        **({"rope_scaling": copy.deepcopy(spec["rope_scaling"])} if "rope_scaling" in spec else {}))
     model = Qwen3ForCausalLM(cfg).to(torch.float32).eval()
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -114,6 +141,9 @@ def patch_config(path, spec):
     the top level. Write both, so the fixture reads like a real checkpoint and keeps the new form too."""
     cfg = json.loads(path.read_text())
     cfg["rope_theta"] = spec["rope_theta"]
+    if spec.get("legacy_rope_scaling"):  # as configs written before transformers 5: no rope_parameters
+        del cfg["rope_parameters"]
+        cfg["rope_scaling"] = spec["rope_scaling"]
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
@@ -233,10 +263,36 @@ spread and a wrong norm is caught). The model is converted to the stored dtype, 
 disk with `dtype=torch.float32`, so the reference uses exactly the stored values upcast to fp32. Seeds are
 retried until every greedy step has (top1 - top2) / max|logit| >= {margin}.
 
-| case | stored | vocab | hidden | layers | heads / kv | head_dim | inter | tied | rope_theta | shards |
-|---|---|---|---|---|---|---|---|---|---|---|
+| case | stored | vocab | hidden | layers | heads / kv | head_dim | inter | tied | rope_theta | rope scaling | shards |
+|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
+
+`rope_frequencies.json`: transformers' RoPE inverse frequencies and attention factor for real Qwen3
+shapes with and without scaling (YaRN, linear), with the config.json each came from
+(`tests/model/rope_test.cpp`).
 """
+
+
+def rope_frequencies():
+    """transformers' inverse frequencies and attention factor for each of ROPE_CONFIGS."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    table = {}
+    for name, spec in ROPE_CONFIGS.items():
+        rope = {"rope_type": "default", "rope_theta": spec["rope_theta"], **(spec["rope_parameters"] or {})}
+        cfg = Qwen3Config(vocab_size=16, hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
+                          num_key_value_heads=1, head_dim=spec["head_dim"],
+                          max_position_embeddings=spec["max_position_embeddings"], rope_parameters=rope)
+        config_json = json.loads(cfg.to_json_string())
+        kind = rope["rope_type"]
+        if kind == "default":
+            inv_freq = 1.0 / (spec["rope_theta"] ** (torch.arange(0, spec["head_dim"], 2, dtype=torch.int64)
+                                                     .to(dtype=torch.float) / spec["head_dim"]))
+            factor = 1.0
+        else:
+            inv_freq, factor = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+        table[name] = dict(config=config_json, inv_freq=[float(x) for x in inv_freq.to(torch.float32)],
+                           attention_factor=float(factor))
+    return table
 
 
 def main():
@@ -254,13 +310,18 @@ def main():
             continue
         make_case(name, spec, out_root, args.seed + 17 * i)
 
+    rope = rope_frequencies()
+    (out_root / "rope_frequencies.json").write_text(json.dumps(dict(
+        torch_version=torch.__version__, transformers_version=transformers.__version__, configs=rope), indent=1) + "\n")
+
     rows = []
     for name, s in CASES.items():
         n_shards = len(list((out_root / name).glob("*.safetensors"))) if (out_root / name).exists() else 0
         rows.append(f"| {name} | {s['dtype']} | {s['vocab_size']} | {s['hidden_size']} | {s['num_hidden_layers']} | "
                     f"{s['num_attention_heads']} / {s['num_key_value_heads']} | {s['head_dim']} | "
                     f"{s['intermediate_size']} | {'yes' if s['tie_word_embeddings'] else 'no'} | "
-                    f"{s['rope_theta']:g} | {n_shards} |")
+                    f"{s['rope_theta']:g} | {json.dumps(s['rope_scaling']) if 'rope_scaling' in s else '-'} | "
+                    f"{n_shards} |")
     (out_root / "README.md").write_text(README.format(
         torch=torch.__version__, tf=transformers.__version__, np=np.__version__, py=platform.python_version(),
         std=INIT_STD, jit=NORM_JITTER, margin=MIN_RELATIVE_MARGIN, rows="\n".join(rows)))

@@ -87,7 +87,7 @@ void add_bench_command(CLI::App& app) {
       int need = 1;
       for (int n : a->plan.prompt_lengths) need = std::max(need, n);
       for (int d : a->plan.depths) need = std::max(need, d + a->plan.decode_tokens);
-      options.context = std::min(need, model->config.max_position_embeddings);
+      options.context = std::min(need, model->config.context_limit());
     }
     auto engine = create_engine(model, options);
     const double weight_bytes = double(model->weight_bytes_per_token());

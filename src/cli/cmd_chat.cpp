@@ -100,7 +100,7 @@ void run_chat(const ChatArgs& a) {
   std::vector<int32_t> eos = stop_token_ids(model->config, defaults, &tokenizer);
 
   EngineOptions options = a.model.engine;
-  if (options.context == 0) options.context = std::min(model->config.max_position_embeddings, 8192);
+  if (options.context == 0) options.context = std::min(model->config.context_limit(), 8192);
   auto engine = create_engine(model, options);
   ChatSession session(*engine, tokenizer, chat_template, eos);
   session.set_thinking(!a.no_think);

@@ -42,6 +42,11 @@ void add_info_command(CLI::App& app) {
     std::printf("vocabulary     %d\n", c.vocab_size);
     std::printf("context        %d (max_position_embeddings)\n", c.max_position_embeddings);
     std::printf("rope_theta     %g\n", c.rope_theta);
+    if (c.rope_scaling.type == RopeScaling::Type::Linear)
+      std::printf("rope scaling   linear x%g: context up to %d\n", c.rope_scaling.factor, c.context_limit());
+    if (c.rope_scaling.type == RopeScaling::Type::Yarn)
+      std::printf("rope scaling   YaRN x%g of %d (attention factor %.4f): context up to %d\n", c.rope_scaling.factor,
+                  c.rope_scaling.original_max_position_embeddings, c.rope_scaling.attention_factor, c.context_limit());
     std::printf("rms_norm_eps   %g\n", c.rms_norm_eps);
     std::printf("lm_head        %s\n", c.tie_word_embeddings ? "tied to the embedding" : "separate");
     std::printf("parameters     %lld (%.3f B)\n", (long long)c.parameter_count(), double(c.parameter_count()) / 1e9);

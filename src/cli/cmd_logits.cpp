@@ -30,7 +30,7 @@ void add_logits_command(CLI::App& app) {
     if (ids.empty()) fail("--ids is empty");
     auto model = load_model(a->model.model);
     EngineOptions options = a->model.engine;
-    if (options.context == 0) options.context = std::min<int>(model->config.max_position_embeddings, int(ids.size()));
+    if (options.context == 0) options.context = std::min<int>(model->config.context_limit(), int(ids.size()));
     auto engine = create_engine(model, options);
     std::vector<float> logits;
     engine->prefill_all_logits(ids, logits);

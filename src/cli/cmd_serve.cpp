@@ -36,7 +36,7 @@ void run_serve(ServeArgs a) {
 
   auto model = load_model(a.model.model);
   EngineOptions options = a.model.engine;
-  if (options.context == 0) options.context = std::min(model->config.max_position_embeddings, 8192);
+  if (options.context == 0) options.context = std::min(model->config.context_limit(), 8192);
   auto engine = create_engine(model, options);
   server::ServedModel served = server::ServedModel::load(model, engine->context_size(), a.model_name);
   const std::string model_id = served.limits.id;

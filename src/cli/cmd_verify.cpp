@@ -76,9 +76,8 @@ void run_verify(const VerifyArgs& a) {
   options.prefill_tokens = n - std::min(a.decode, n - 1);  // at least one token is prefilled
   options.generate_tokens = a.generate;
   const int need = n + a.generate;
-  if (need > model->config.max_position_embeddings)
-    fail("{} tokens + {} generated exceed the model's {} positions", n, a.generate,
-         model->config.max_position_embeddings);
+  if (need > model->config.context_limit())
+    fail("{} tokens + {} generated exceed the model's {} positions", n, a.generate, model->config.context_limit());
 
   EngineOptions candidate_options = a.model.engine;
   if (candidate_options.context == 0) candidate_options.context = need;

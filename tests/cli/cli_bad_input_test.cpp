@@ -277,6 +277,26 @@ TEST_F(CliBadInput, BenchWritesTableAndJson) {
   expect_one_error_line(with({"--top-p", "3"}), {"top_p must be in (0, 1], got 3"});
 }
 
+// YaRN in config.json: info shows it, and --ctx may go past max_position_embeddings (40,960) up to
+// original x factor; beyond that, and without scaling, one error line with the numbers.
+TEST_F(CliBadInput, YarnStretchesTheContext) {
+  const fs::path yarn = variant("yarn", [](ordered_json& c) {
+    c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  }, {});
+  const RunResult info = run({"info", "-m", yarn.string()});
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_NE(info.out.find("rope scaling   YaRN x4 of 32768 (attention factor 1.1386): context up to 131072"),
+            std::string::npos)
+      << info.out;
+  const RunResult ok = run(generate(yarn, {"--ids", "1 2 3", "--ctx", "50000"}));
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  expect_one_error_line(generate(yarn, {"--ids", "1 2 3", "--ctx", "131073"}),
+                        {"context 131073 exceeds the model's 131072 positions (max_position_embeddings 40960, "
+                         "stretched by its rope_scaling factor 4)"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--ctx", "50000"}),
+                        {"context 50000 exceeds the model's max_position_embeddings 40960"});
+}
+
 TEST_F(CliBadInput, MissingFolder) {
   const std::string missing = (work_dir() / "no-such-model").string();
   expect_one_error_line({"generate", "-m", missing, "--ids", "1"}, {"model folder '" + missing + "' does not exist"});
@@ -308,7 +328,9 @@ TEST_F(CliBadInput, BadConfigs) {
   // A Qwen3 config relabelled qwen3_5 lacks the wrapper's language model.
   expect_one_error_line(generate(variant("qwen35", set("model_type", "qwen3_5"), {})), {"missing required field 'text_config'"});
   expect_one_error_line(generate(variant("scaling", set("rope_scaling", {{"rope_type", "yarn"}}), {})),
-                        {"rope_scaling {\"rope_type\": \"yarn\"} is not supported"});
+                        {"config.json: missing required field 'rope_scaling.factor'"});
+  expect_one_error_line(generate(variant("dynamic", set("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2}}), {})),
+                        {"rope_scaling.rope_type 'dynamic' is not supported (default, linear and yarn are)"});
   expect_one_error_line(generate(variant("hidden", set("hidden_size", "64"), {})),
                         {"field 'hidden_size' must be an integer, got \"64\""});
   expect_one_error_line(generate(variant("nolayers", [](ordered_json& c) { c.erase("num_hidden_layers"); }, {})),

@@ -104,6 +104,37 @@ TEST_F(CudaEngineTest, DecodeMatchesCpuAndPrefillPlusDecodeEqualsDecodeAlone) {
   }
 }
 
+// YaRN RoPE scaling (factor 4 over an original context of 64): the engine's frequencies and softmax
+// scale are the model's (model/rope.h), in prefill and in decode, past the original context.
+TEST_F(CudaEngineTest, YarnRopeScalingMatchesCpu) {
+  const auto model = test::yarn_variant(test::synth_model_dir("tiny", test::kEmulatedDevice ? test::kEmulatedTinyVocab : 0));
+  ASSERT_EQ(model->config.rope_scaling.type, RopeScaling::Type::Yarn);
+  const auto ids = random_ids(110, 21);
+  const auto prompt = std::span(ids).first(100);
+  CpuEngine cpu(model, {.context = 256, .threads = 0});
+  std::vector<float> want;
+  cpu.prefill_all_logits(prompt, want);
+  cuda::CudaEngine gpu(model, {.context = 256});
+  std::vector<float> got;
+  gpu.prefill_all_logits(prompt, got);
+  double worst = 0;
+  int agree = 0;
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    worst = std::max(worst, relative_max_error(row(got, p, V()), row(want, p, V())));
+    agree += test::argmax(row(got, p, V())) == test::argmax(row(want, p, V()));
+  }
+  for (size_t i = prompt.size(); i < ids.size(); ++i) {
+    const auto ref = cpu.decode(ids[i]);
+    const std::vector<float> want_row(ref.begin(), ref.end());
+    const auto l = gpu.decode(ids[i]);
+    worst = std::max(worst, relative_max_error(l, want_row));
+    agree += test::argmax(l) == test::argmax(want_row);
+  }
+  EXPECT_LE(worst, kGpuLogitTolerance);
+  EXPECT_GE(agree, int(ids.size()) - 2);
+  RecordProperty("yarn_worst_rel_error", std::to_string(worst));
+}
+
 TEST_F(CudaEngineTest, ChunkedPrefillContinuesAfterTheCache) {
   const auto ids = random_ids(200, 3);
   cuda::CudaEngine whole(model_, {.context = 256});

@@ -116,6 +116,30 @@ TEST_P(CudaHybridEngineTest, ChunkedPrefillLogitsMatchCpu) {
   }
 }
 
+// YaRN RoPE scaling on the gated attention layers (factor 4 over an original context of 64): prefill
+// past the original context and decode after it, against the bf16-cache CPU engine.
+TEST_P(CudaHybridEngineTest, YarnRopeScalingMatchesCpu) {
+  const auto model = test::yarn_variant(test::synth_model_dir(GetParam(), test::kEmulatedDevice ? test::kEmulatedTinyVocab : 0));
+  ASSERT_EQ(model->config.rope_scaling.type, RopeScaling::Type::Yarn);
+  const auto ids = ids_below(V(), 106, 31);
+  const auto prompt = std::span(ids).first(100);
+  CpuHybridEngine cpu(model, {.context = 128, .threads = 0, .bf16_kv_cache = true});
+  std::vector<float> want;
+  cpu.prefill_all_logits(prompt, want);
+  cuda::CudaHybridEngine gpu(model, exact_options(128));
+  std::vector<float> got;
+  gpu.prefill_all_logits(prompt, got);
+  double worst = 0;
+  for (size_t p = 0; p < prompt.size(); ++p) worst = std::max(worst, relative_max_error(row(got, p, V()), row(want, p, V())));
+  for (size_t i = prompt.size(); i < ids.size(); ++i) {
+    const auto ref = cpu.decode(ids[i]);
+    const std::vector<float> want_row(ref.begin(), ref.end());
+    worst = std::max(worst, relative_max_error(gpu.decode(ids[i]), want_row));
+  }
+  EXPECT_LE(worst, kSameCacheTolerance);
+  RecordProperty(std::string(GetParam()) + "_yarn_worst_rel_error", std::to_string(worst));
+}
+
 // One prefill pass of 100 tokens (three full chunks of the chunked delta rule and a partial one),
 // then decode: the chunked DeltaNet prefill (the default) and the token-by-token one both against the
 // bf16-cache CPU engine, and against each other. They differ only in the delta rule's summation order

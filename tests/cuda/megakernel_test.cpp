@@ -370,6 +370,26 @@ TEST_F(MegakernelTiny, DeepPositionsMatchPerOp) {
   }
 }
 
+// YaRN RoPE scaling: the kernel's softmax scale carries the attention factor and its frequencies
+// are the model's; greedy steps past the original context of 64 match the CPU engine.
+TEST(MegakernelYarn, GreedyPastTheOriginalContextMatchesCpu) {
+  MQ_REQUIRE_GPU_AND_CUBLAS();
+  const auto model = test::yarn_variant(test::synth_model_dir("tiny", test::kEmulatedDevice ? test::kEmulatedTinyVocab : 0));
+  MQ_REQUIRE_MEGAKERNEL(model);
+  const auto prompt = random_ids(40, 23);
+  cuda::CudaEngine mk(model, mk_options(256));
+  CpuEngine cpu(model, {.context = 256, .threads = 0});
+  ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
+  const int32_t first = test::argmax(mk.prefill(prompt));
+  cpu.prefill(prompt);
+  const MkRun run = run_megakernel(mk, first, 48);  // positions 40 .. 88
+  int hard = 0;
+  const double worst = compare_teacher_forced(cpu, first, run, size_t(model->config.vocab_size), &hard);
+  EXPECT_LE(worst, kGpuLogitTolerance);
+  EXPECT_EQ(hard, 0);
+  RecordProperty("yarn_worst_vs_cpu", std::to_string(worst));
+}
+
 TEST_F(MegakernelTiny, RepeatedRunsAreBitIdentical) {
   const auto prompt = random_ids(33, 12);
   cuda::CudaEngine mk(model_, mk_options(1024));

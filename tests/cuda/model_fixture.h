@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "megaqwen/model/model.h"
 #include "megaqwen/model/synth.h"
@@ -58,6 +61,30 @@ inline std::shared_ptr<const Model> qwen35_full_model() {
     return load_model(env && *env ? std::string(env) : synth_model_dir("qwen3.5-0.8b").string());
   }();
   return model;
+}
+
+// A copy of the model in `dir` with YaRN RoPE scaling, factor 4 over an original context of 64 (so
+// a prompt of 100 tokens runs past it and every frequency band is exercised): config.json patched
+// (rope_parameters where the config has them, else rope_scaling), the weights linked.
+inline std::shared_ptr<const Model> yarn_variant(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const fs::path out = dir.string() + "-yarn";
+  if (!fs::exists(out / "config.json")) {
+    fs::create_directories(out);
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != "config.json" && !fs::exists(out / e.path().filename()))
+        fs::create_symlink(fs::absolute(e.path()), out / e.path().filename());
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    const nlohmann::json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+    nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+    if (text.contains("rope_parameters")) {
+      for (const auto& [k, v] : yarn.items()) text["rope_parameters"][k] = v;
+    } else {
+      config["rope_scaling"] = yarn;
+    }
+    std::ofstream(out / "config.json") << config.dump(2);
+  }
+  return load_model(out.string());
 }
 
 // n token ids below 151,000 (below 4,000 on the emulated device: inside the tiny model's vocabulary).

@@ -2,6 +2,8 @@
 // be wrong, each refused with a message naming the file and the field.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -194,8 +196,19 @@ TEST(Config, Qwen35ErrorsNameTheField) {
   EXPECT_ERROR_HAS(parse(with_text("mlp_only_layers", json::array({0}))), "text_config.mlp_only_layers [0] is not supported");
   EXPECT_ERROR_HAS(parse(with_text("hidden_act", "gelu")), "unsupported hidden_act 'gelu'");
   json rope = real_qwen35_config();
+  rope["text_config"]["rope_parameters"]["rope_type"] = "dynamic";
+  EXPECT_ERROR_HAS(parse(rope), "text_config.rope_parameters.rope_type 'dynamic' is not supported (default, linear and yarn are)");
   rope["text_config"]["rope_parameters"]["rope_type"] = "yarn";
-  EXPECT_ERROR_HAS(parse(rope), "text_config.rope_parameters.rope_type 'yarn' is not supported");
+  EXPECT_ERROR_HAS(parse(rope), "missing required field 'text_config.rope_parameters.factor'");
+  rope["text_config"]["rope_parameters"]["factor"] = 4;
+  EXPECT_EQ(parse(rope).rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(parse(rope).context_limit(), 4 * 262144);  // original_max_position_embeddings defaults to the context
+  rope = real_qwen35_config();
+  rope["text_config"]["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};  // the legacy form is read too
+  EXPECT_EQ(parse(rope).rope_scaling.type, RopeScaling::Type::Linear);
+  rope["text_config"]["rope_parameters"]["rope_type"] = "yarn";
+  rope["text_config"]["rope_parameters"]["factor"] = 4;
+  EXPECT_ERROR_HAS(parse(rope), "text_config.rope_scaling and rope_parameters both scale RoPE");
   rope = real_qwen35_config();
   rope["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.003;
   EXPECT_ERROR_HAS(parse(rope), "partial_rotary_factor 0.003 of head_dim 256 gives 0 rotary dims");
@@ -290,13 +303,63 @@ TEST(Config, OtherArchitecturesNamed) {
 }
 
 TEST(Config, UnsupportedFeatures) {
-  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})),
-                   "rope_scaling {\"factor\": 4.0, \"rope_type\": \"yarn\"} is not supported");
-  EXPECT_ERROR_HAS(parse(with("rope_scaling", "linear")), "rope_scaling \"linear\" is not supported");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),
+                   "rope_scaling.rope_type 'dynamic' is not supported (default, linear and yarn are)");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"type", "longrope"}})), "rope_scaling.type 'longrope' is not supported");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", "linear")), "rope_scaling \"linear\" must be an object");
   EXPECT_ERROR_HAS(parse(with("attention_bias", true)), "attention_bias = true is not supported");
   EXPECT_ERROR_HAS(parse(with("attention_bias", "yes")), "'attention_bias' must be true or false");
   EXPECT_ERROR_HAS(parse(with("use_sliding_window", true)), "use_sliding_window = true is not supported");
   EXPECT_ERROR_HAS(parse(with("hidden_act", "gelu")), "unsupported hidden_act 'gelu' (only silu)");
+}
+
+TEST(Config, RopeScaling) {
+  // Qwen3's documented YaRN setting, in the published (legacy) form.
+  const json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ModelConfig c = parse(with("rope_scaling", yarn));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 32);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 1);
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_NEAR(c.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1, 1e-12);
+  EXPECT_EQ(c.context_limit(), 131072);  // 32768 x 4, beyond max_position_embeddings
+  EXPECT_NO_THROW(c.check_context(131072));
+  EXPECT_ERROR_HAS(c.check_context(131073),
+                   "context 131073 exceeds the model's 131072 positions (max_position_embeddings 40960, stretched by "
+                   "its rope_scaling factor 4)");
+  EXPECT_NEAR(c.attention_scale(), std::pow(0.1 * std::log(4.0) + 1, 2) / std::sqrt(128.0), 1e-7);
+  // The same in transformers 5's form, and with the older "type" key.
+  json v5 = without("rope_theta");
+  v5["rope_parameters"] = yarn;
+  v5["rope_parameters"]["rope_theta"] = 1e6;
+  EXPECT_EQ(parse(v5).rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(parse(with("rope_scaling", {{"type", "yarn"}, {"factor", 2.0}})).rope_scaling.type, RopeScaling::Type::Yarn);
+  // mscale / mscale_all_dim set the attention factor when it is not given; given, it wins.
+  json ms = yarn;
+  ms["mscale"] = 1.0;
+  ms["mscale_all_dim"] = 0.5;
+  EXPECT_NEAR(parse(with("rope_scaling", ms)).rope_scaling.attention_factor,
+              (0.1 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1), 1e-12);
+  ms["attention_factor"] = 1.5;
+  EXPECT_DOUBLE_EQ(parse(with("rope_scaling", ms)).rope_scaling.attention_factor, 1.5);
+  // Linear: the context stretches by the factor; no attention factor.
+  c = parse(with("rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Linear);
+  EXPECT_EQ(c.context_limit(), 81920);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / std::sqrt(128.0f));
+  // Without scaling, the context is max_position_embeddings and the message says so.
+  EXPECT_ERROR_HAS(parse(real_config()).check_context(40961), "context 40961 exceeds the model's max_position_embeddings 40960");
+  // Bad values name their field.
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "yarn"}})), "missing required field 'rope_scaling.factor'");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "linear"}, {"factor", 0.5}})),
+                   "field 'rope_scaling.factor' = 0.5 is out of range");
+  EXPECT_ERROR_HAS(parse(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 2}, {"truncate", "no"}})),
+                   "'rope_scaling.truncate' must be true or false");
+  json both = with("rope_scaling", yarn);
+  both["rope_parameters"] = yarn;
+  EXPECT_ERROR_HAS(parse(both), "rope_scaling and rope_parameters both scale RoPE; give one");
 }
 
 TEST(Config, RopeParameters) {
@@ -309,12 +372,12 @@ TEST(Config, RopeParameters) {
   j["rope_theta"] = 1e6;  // a top-level value wins
   EXPECT_DOUBLE_EQ(parse(j).rope_theta, 1e6);
   j.erase("rope_theta");
-  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e5}, {"factor", 4}};
-  EXPECT_ERROR_HAS(parse(j), "cfg.json: rope_parameters.rope_type 'yarn' is not supported (only plain RoPE)");
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 5e5}, {"factor", 4}};
+  EXPECT_ERROR_HAS(parse(j), "cfg.json: rope_parameters.rope_type 'dynamic' is not supported (default, linear and yarn are)");
   j["rope_parameters"] = {{"rope_type", "default"}};
-  EXPECT_ERROR_HAS(parse(j), "missing required field 'rope_theta'");
+  EXPECT_ERROR_HAS(parse(j), "missing required field 'rope_parameters.rope_theta'");
   j["rope_parameters"] = {{"rope_theta", 0.5}};
-  EXPECT_ERROR_HAS(parse(j), "field 'rope_theta' = 0.5 is out of range");
+  EXPECT_ERROR_HAS(parse(j), "field 'rope_parameters.rope_theta' = 0.5 is out of range");
   j["rope_parameters"] = json::array({1e6});
   EXPECT_ERROR_HAS(parse(j), "field 'rope_parameters' must be an object");
 }
@@ -340,7 +403,7 @@ TEST(Config, HostileValuesGiveShortMessages) {
   hostile.insert(1, "\"rope_scaling\": " + nested + ",");
   hostile.erase(hostile.find("\"rope_scaling\":null"), std::string("\"rope_scaling\":null,").size());
   const std::string msg = test::error_of([&] { parse_model_config(hostile, "c.json"); });
-  EXPECT_NE(msg.find("rope_scaling [[[[...]]]] is not supported"), std::string::npos) << msg.substr(0, 300);
+  EXPECT_NE(msg.find("rope_scaling [[[[...]]]] must be an object"), std::string::npos) << msg.substr(0, 300);
   EXPECT_LT(msg.size(), 300u);
 
   std::string deep_int = text;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "megaqwen/model/rope.h"
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
@@ -74,7 +75,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Model> model, CudaEngineOptions opt
   CUDA_CHECK(cudaMemset(k_cache_.data(), 0, k_cache_.bytes()));
   CUDA_CHECK(cudaMemset(v_cache_.data(), 0, v_cache_.bytes()));
 
-  const std::vector<float> inv = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+  const std::vector<float> inv = rope_inverse_frequencies(c);
   inv_freq_.resize(inv.size());
   CUDA_CHECK(cudaMemcpy(inv_freq_.data(), inv.data(), inv_freq_.bytes(), cudaMemcpyHostToDevice));
 
@@ -159,7 +160,7 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
   if (!gemm_) gemm_ = std::make_unique<CublasGemm>(stream_);
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
-  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
+  const float eps = float(c.rms_norm_eps), scale = c.attention_scale();
   uint16_t* hi = p_hi_.data();
   uint16_t* lo = options_.split_activations ? p_lo_.data() : nullptr;
 
@@ -204,7 +205,7 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
 void CudaEngine::enqueue_decode_step() {
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
-  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
+  const float eps = float(c.rms_norm_eps), scale = c.attention_scale();
   const int32_t* token = step_.token();
   const int32_t* pos = step_.position();
   embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);

@@ -34,7 +34,7 @@
 namespace megaqwen::cuda {
 
 struct CudaEngineOptions {
-  int context = 0;                // KV cache capacity; 0: min(max_position_embeddings, 4096)
+  int context = 0;                // KV cache capacity; 0: min(the model's context limit, 4096)
   int device = 0;                 // CUDA device index
   int prefill_chunk = 1024;       // tokens per prefill pass (activation memory grows with it)
   bool split_activations = true;  // prefill GEMM inputs as bf16 hi + lo (false: bf16 only, half the GEMM work)

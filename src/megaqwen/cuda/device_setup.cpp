@@ -15,9 +15,8 @@ constexpr int kDefaultContext = 4096;
 }  // namespace
 
 int resolve_cuda_context(const ModelConfig& c, int requested) {
-  const int context = requested > 0 ? requested : std::min(c.max_position_embeddings, kDefaultContext);
-  if (context > c.max_position_embeddings)
-    fail("context {} exceeds the model's max_position_embeddings {}", context, c.max_position_embeddings);
+  const int context = requested > 0 ? requested : std::min(c.context_limit(), kDefaultContext);
+  c.check_context(context);
   return context;
 }
 

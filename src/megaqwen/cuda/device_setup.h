@@ -12,8 +12,8 @@
 
 namespace megaqwen::cuda {
 
-// The KV cache capacity for a requested context (0: min(max_position_embeddings, 4096)); fails
-// beyond the model's max_position_embeddings.
+// The KV cache capacity for a requested context (0: min(context limit, 4096)); fails
+// beyond the model's context limit (ModelConfig::context_limit).
 int resolve_cuda_context(const ModelConfig& c, int requested);
 
 // Bytes an engine needs on the device.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "megaqwen/model/rope.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/error.h"
 
@@ -18,9 +19,8 @@ constexpr int kDefaultContext = 4096;
 CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions options)
     : model_(std::move(model)), pool_(options.threads), bf16_kv_cache_(options.bf16_kv_cache) {
   const ModelConfig& c = model_->config;
-  context_ = options.context > 0 ? options.context : std::min(c.max_position_embeddings, kDefaultContext);
-  if (context_ > c.max_position_embeddings)
-    fail("context {} exceeds the model's max_position_embeddings {}", context_, c.max_position_embeddings);
+  context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
+  c.check_context(context_);
   const size_t cache_floats = size_t(c.num_layers) * size_t(context_) * size_t(c.kv_dim());
   constexpr size_t kMaxCacheBytes = size_t(64) << 30;
   if (2 * cache_floats * sizeof(float) > kMaxCacheBytes)
@@ -28,7 +28,7 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
          2.0 * double(cache_floats) * sizeof(float) / double(1ull << 30));
   k_cache_.assign(cache_floats, 0.0f);
   v_cache_.assign(cache_floats, 0.0f);
-  inv_freq_ = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+  inv_freq_ = rope_inverse_frequencies(c);
   logits_.resize(size_t(c.vocab_size));
 }
 
@@ -91,7 +91,7 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
   const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
   const double eps = c.rms_norm_eps;
-  const float scale = 1.0f / std::sqrt(float(D));
+  const float scale = c.attention_scale();
 
   std::vector<float> x(size_t(T * H));        // residual stream [T, H]
   std::vector<float> h(size_t(T * H));        // normed input of a block [T, H]

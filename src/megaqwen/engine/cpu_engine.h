@@ -13,7 +13,7 @@
 namespace megaqwen {
 
 struct CpuEngineOptions {
-  int context = 0;  // KV cache capacity; 0: min(max_position_embeddings, 4096)
+  int context = 0;  // KV cache capacity; 0: min(the model's context limit, 4096)
   int threads = 0;  // 0: one per hardware thread
   // Store k and v rounded to bf16, as the CUDA engines' cache does (kept in fp32 otherwise). For the
   // GPU tests: against such a reference the cache's rounding cancels, and the bounds can be tight.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "megaqwen/model/rope.h"
 #include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/error.h"
@@ -34,9 +35,8 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
       pool_(options.threads),
       bf16_kv_cache_(options.bf16_kv_cache) {
   const ModelConfig& c = model_->config;
-  context_ = options.context > 0 ? options.context : std::min(c.max_position_embeddings, kDefaultContext);
-  if (context_ > c.max_position_embeddings)
-    fail("context {} exceeds the model's max_position_embeddings {}", context_, c.max_position_embeddings);
+  context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
+  c.check_context(context_);
 
   int full = 0, linear = 0;
   for (LayerType t : c.layer_types) slot_.push_back(t == LayerType::FullAttention ? full++ : linear++);
@@ -53,7 +53,7 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   recurrent_.assign(size_t(linear) * state_floats_, 0.0f);
   conv_state_.assign(size_t(linear) * conv_floats_, 0.0f);
   rollback_ = RecurrentRollback<States>(context_);
-  inv_freq_ = cpu::rope_inv_freq(c.rotary_dim, c.rope_theta);
+  inv_freq_ = rope_inverse_frequencies(c);
   logits_.resize(size_t(c.vocab_size));
 }
 
@@ -204,7 +204,7 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
   const int64_t D = c.head_dim, heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
   const double eps = c.rms_norm_eps;
-  const float scale = 1.0f / std::sqrt(float(D));
+  const float scale = c.attention_scale();
   float* k_cache = &k_cache_[size_t(slot) * size_t(context_) * size_t(KV)];
   float* v_cache = &v_cache_[size_t(slot) * size_t(context_) * size_t(KV)];
 

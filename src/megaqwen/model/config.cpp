@@ -1,5 +1,7 @@
 #include "megaqwen/model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -107,8 +109,6 @@ void read_common_fields(const FieldReader& f, int default_head_dim, ModelConfig&
   if (f.boolean_or("attention_bias", false)) fail("{}: {} = true is not supported", source, f.name("attention_bias"));
   if (f.boolean_or("use_sliding_window", false))
     fail("{}: {} = true is not supported", source, f.name("use_sliding_window"));
-  if (const json* rs = f.find("rope_scaling"); rs && !(rs->is_object() && rs->empty()))
-    fail("{}: rope_scaling {} is not supported (only plain RoPE)", source, json_excerpt(*rs));
 
   c.bos_token_id = f.integer_or("bos_token_id", -1, -1, c.vocab_size - 1);
   if (const json* eos = f.find("eos_token_id")) {
@@ -121,21 +121,63 @@ void read_common_fields(const FieldReader& f, int default_head_dim, ModelConfig&
   }
 }
 
+// RoPE scaling from `rope` (rope_parameters, or the legacy rope_scaling object): its rope_type (or
+// the older "type") and that type's fields, with transformers' defaults. Types whose frequencies
+// change with the sequence (dynamic, longrope) cannot be cached in a KV cache and are refused.
+void read_rope_scaling(const FieldReader& rope, ModelConfig& c) {
+  const char* type_key = rope.find("rope_type") || !rope.find("type") ? "rope_type" : "type";
+  const std::string type = rope.string_or(type_key, "default");
+  RopeScaling& r = c.rope_scaling;
+  if (type == "default") return;
+  if (type != "linear" && type != "yarn")
+    fail("{}: {} '{}' is not supported (default, linear and yarn are)", rope.source, rope.name(type_key), type);
+  r.type = type == "linear" ? RopeScaling::Type::Linear : RopeScaling::Type::Yarn;
+  r.factor = rope.number("factor", 1.0, 1e6);
+  if (r.type == RopeScaling::Type::Linear) return;
+  // transformers fills a missing original_max_position_embeddings with max_position_embeddings.
+  r.original_max_position_embeddings =
+      rope.integer_or("original_max_position_embeddings", c.max_position_embeddings, 1, 1 << 24);
+  // transformers reads beta_fast and beta_slow with `or`: 0 means the default too.
+  r.beta_fast = rope.number_or("beta_fast", 32, 0, 1e6);
+  if (r.beta_fast == 0) r.beta_fast = 32;
+  r.beta_slow = rope.number_or("beta_slow", 1, 0, 1e6);
+  if (r.beta_slow == 0) r.beta_slow = 1;
+  r.truncate = rope.boolean_or("truncate", true);
+  auto get_mscale = [](double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; };
+  if (rope.find("attention_factor")) {
+    r.attention_factor = rope.number("attention_factor", 1e-6, 1e6);
+  } else {
+    const double mscale = rope.number_or("mscale", 0, 0, 1e6), all = rope.number_or("mscale_all_dim", 0, 0, 1e6);
+    r.attention_factor = mscale != 0 && all != 0 ? get_mscale(r.factor, mscale) / get_mscale(r.factor, all)
+                                                 : get_mscale(r.factor, 1);
+  }
+}
+
+// The top-level rope_scaling of configs written before transformers 5 (null and {} mean none).
+void read_legacy_rope_scaling(const FieldReader& f, ModelConfig& c) {
+  const json* rs = f.find("rope_scaling");
+  if (!rs || (rs->is_object() && rs->empty())) return;
+  if (!rs->is_object()) fail("{}: {} {} must be an object", f.source, f.name("rope_scaling"), json_excerpt(*rs));
+  if (c.rope_scaling.type != RopeScaling::Type::None)
+    fail("{}: {} and rope_parameters both scale RoPE; give one", f.source, f.name("rope_scaling"));
+  read_rope_scaling(FieldReader{*rs, f.source, f.prefix + "rope_scaling."}, c);
+}
+
 void parse_qwen3(const FieldReader& f, ModelConfig& c) {
   const std::string& source = f.source;
   c.architecture = Architecture::Qwen3;
   read_common_fields(f, 0, c);
   // transformers >= 5 writes RoPE settings under rope_parameters; published Qwen3 configs have a
-  // top-level rope_theta (and rope_scaling). Accept both, refuse anything but plain RoPE.
+  // top-level rope_theta and rope_scaling (null, {}, or an object naming its type). Accept both.
   if (const json* rp = f.find("rope_parameters")) {
     if (!rp->is_object()) fail("{}: field 'rope_parameters' must be an object", source);
-    FieldReader rope{*rp, source};
-    if (std::string type = rope.string_or("rope_type", "default"); type != "default")
-      fail("{}: rope_parameters.rope_type '{}' is not supported (only plain RoPE)", source, type);
+    FieldReader rope{*rp, source, "rope_parameters."};
+    read_rope_scaling(rope, c);
     c.rope_theta = f.find("rope_theta") ? f.number("rope_theta", 1.0, 1e12) : rope.number("rope_theta", 1.0, 1e12);
   } else {
     c.rope_theta = f.number("rope_theta", 1.0, 1e12);
   }
+  read_legacy_rope_scaling(f, c);
   c.rotary_dim = c.head_dim;
 }
 
@@ -154,8 +196,8 @@ void parse_qwen35_text(const FieldReader& f, ModelConfig& c) {
   const json* rp = f.object_or_null("rope_parameters");
   const json empty = json::object();
   FieldReader rope{rp ? *rp : empty, source, f.prefix + "rope_parameters."};
-  if (std::string type = rope.string_or("rope_type", "default"); type != "default")
-    fail("{}: {} '{}' is not supported (only plain RoPE)", source, rope.name("rope_type"), type);
+  read_rope_scaling(rope, c);
+  read_legacy_rope_scaling(f, c);
   c.rope_theta = rope.find("rope_theta") ? rope.number("rope_theta", 1.0, 1e12) : f.number("rope_theta", 1.0, 1e12);
   c.partial_rotary_factor = rope.find("partial_rotary_factor") ? rope.number("partial_rotary_factor", 0.0, 1.0)
                                                                 : f.number_or("partial_rotary_factor", 0.25, 0.0, 1.0);
@@ -221,6 +263,28 @@ int ModelConfig::count_layers(LayerType type) const {
   int n = 0;
   for (LayerType t : layer_types) n += t == type;
   return n;
+}
+
+int ModelConfig::context_limit() const {
+  double limit = max_position_embeddings;
+  if (rope_scaling.type == RopeScaling::Type::Linear) limit *= rope_scaling.factor;
+  if (rope_scaling.type == RopeScaling::Type::Yarn)
+    limit = std::max(limit, rope_scaling.original_max_position_embeddings * rope_scaling.factor);
+  return int(std::min(limit, double(1 << 24)));
+}
+
+void ModelConfig::check_context(int context) const {
+  if (context <= context_limit()) return;
+  if (rope_scaling.type == RopeScaling::Type::None)
+    fail("context {} exceeds the model's max_position_embeddings {}", context, max_position_embeddings);
+  fail("context {} exceeds the model's {} positions (max_position_embeddings {}, stretched by its rope_scaling "
+       "factor {})",
+       context, context_limit(), max_position_embeddings, rope_scaling.factor);
+}
+
+float ModelConfig::attention_scale() const {
+  const float plain = 1.0f / std::sqrt(float(head_dim));
+  return rope_scaling.type == RopeScaling::Type::Yarn ? float(plain * rope_scaling.qk_factor()) : plain;
 }
 
 int64_t ModelConfig::parameter_count() const {

@@ -22,6 +22,21 @@ enum class LayerType {
 };
 const char* layer_type_name(LayerType type);  // as written in config.json
 
+// How RoPE stretches to contexts longer than pretraining (config.json `rope_scaling`, or
+// `rope_parameters.rope_type` in transformers >= 5), as transformers computes it: the inverse
+// frequencies change (model/rope.h) and, for YaRN, cos and sin are scaled by attention_factor.
+struct RopeScaling {
+  enum class Type { None, Linear, Yarn } type = Type::None;
+  double factor = 1.0;                    // Linear, Yarn: how much longer the context gets
+  int original_max_position_embeddings = 0;  // Yarn: the pretraining context
+  double beta_fast = 32, beta_slow = 1;   // Yarn: the ramp between extrapolated and interpolated dims
+  double attention_factor = 1.0;          // Yarn: multiplies cos and sin (so q.k by its square)
+  bool truncate = true;                   // Yarn: the ramp's ends rounded to whole dims
+
+  // What q.k is multiplied by: attention_factor squared for YaRN, else 1.
+  double qk_factor() const { return type == Type::Yarn ? attention_factor * attention_factor : 1.0; }
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::Qwen3;
   std::string model_type;        // as written in config.json: "qwen3", "qwen3_5" or "qwen3_5_text"
@@ -40,6 +55,7 @@ struct ModelConfig {
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   int rotary_dim = 0;            // leading dims of each head RoPE rotates: head_dim, or less (partial rotary)
+  RopeScaling rope_scaling;
 
   // Qwen3.5 hybrid only (Architecture::Qwen3_5); Qwen3 leaves them empty / zero.
   std::vector<LayerType> layer_types;  // [L]: each layer's token mixer
@@ -61,6 +77,14 @@ struct ModelConfig {
   int linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
   int linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }  // q | k | v channels
   int count_layers(LayerType type) const;
+  // The longest context the model's positions are meant for: max_position_embeddings, or what RoPE
+  // scaling stretches it to (YaRN: original_max_position_embeddings x factor; linear: x factor).
+  int context_limit() const;
+  // Fails naming the limit when `context` is beyond it.
+  void check_context(int context) const;
+  // The softmax scale of full attention: 1 / sqrt(head_dim), times YaRN's attention_factor squared
+  // (transformers scales cos and sin, so both q and k, by it).
+  float attention_scale() const;
   int64_t parameter_count() const;  // embedding, layers, final norm and an untied head (no vision, no MTP)
 };
 
