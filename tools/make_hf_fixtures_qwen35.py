@@ -63,6 +63,13 @@ CASES = {
                            num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=112,
                            linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=8,
                            linear_value_head_dim=16, rope_theta=1e6, tie_word_embeddings=True),
+    # YaRN on the gated attention's partial rotary dims (factor 4 over an original context of 64, so the
+    # 70-token sequence runs past it), layers [linear, full].
+    "lf_yarn_text_bf16": dict(wrapper=False, vocab_size=320, hidden_size=64, layer_types=[L, F],
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=128,
+                              linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                              linear_value_head_dim=16, rope_theta=1e4, tie_word_embeddings=True,
+                              rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64)),
 }
 
 INIT_STD = 0.15      # linear and embedding weights ~ N(0, INIT_STD), as in make_hf_fixtures.py
@@ -91,8 +98,9 @@ def text_config(spec):
         linear_value_head_dim=spec["linear_value_head_dim"], linear_conv_kernel_dim=4,
         max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=spec["tie_word_embeddings"],
         initializer_range=INIT_STD, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        rope_parameters=dict(rope_type="default", rope_theta=spec["rope_theta"], partial_rotary_factor=0.25,
-                             mrope_section=[freqs - freqs // 2, freqs // 2, 0], mrope_interleaved=True),
+        rope_parameters={**dict(rope_type="default", rope_theta=spec["rope_theta"], partial_rotary_factor=0.25,
+                                mrope_section=[freqs - freqs // 2, freqs // 2, 0], mrope_interleaved=True),
+                         **spec.get("rope_scaling", {})},
         attn_implementation="eager")
 
 
@@ -242,8 +250,8 @@ A = exp(A_log) ~ U{arange}; dt_bias ~ N(0, {dt}). `expected.json` also records
 `chunked_vs_recurrent_max_relative_error`: transformers' whole-sequence (chunked) logits against its own
 token-by-token (recurrent, cached) logits, i.e. the reference's own numerical noise.
 
-| case | class | layers | vocab | hidden | heads / kv | head_dim | DeltaNet k / v heads | k / v dim | inter | tied | rope_theta |
-|---|---|---|---|---|---|---|---|---|---|---|---|
+| case | class | layers | vocab | hidden | heads / kv | head_dim | DeltaNet k / v heads | k / v dim | inter | tied | rope_theta | rope scaling |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 """
 
@@ -271,7 +279,8 @@ def main():
                     f"{s['vocab_size']} | {s['hidden_size']} | {s['num_attention_heads']} / "
                     f"{s['num_key_value_heads']} | {s['head_dim']} | {s['linear_num_key_heads']} / "
                     f"{s['linear_num_value_heads']} | {s['linear_key_head_dim']} / {s['linear_value_head_dim']} | "
-                    f"{s['intermediate_size']} | {'yes' if s['tie_word_embeddings'] else 'no'} | {s['rope_theta']:g} |")
+                    f"{s['intermediate_size']} | {'yes' if s['tie_word_embeddings'] else 'no'} | {s['rope_theta']:g} | "
+                    f"{json.dumps(s['rope_scaling']) if 'rope_scaling' in s else '-'} |")
     (out_root / "README.md").write_text(README.format(
         torch=torch.__version__, tf=transformers.__version__, np=np.__version__, py=platform.python_version(),
         std=INIT_STD, jit=NORM_JITTER, conv=CONV_STD, arange=A_RANGE, dt=DT_BIAS_STD, rows="\n".join(rows)))

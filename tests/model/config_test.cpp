@@ -329,7 +329,7 @@ TEST(Config, RopeScaling) {
   EXPECT_ERROR_HAS(c.check_context(131073),
                    "context 131073 exceeds the model's 131072 positions (max_position_embeddings 40960, stretched by "
                    "its rope_scaling factor 4)");
-  EXPECT_NEAR(c.attention_scale(), std::pow(0.1 * std::log(4.0) + 1, 2) / std::sqrt(128.0), 1e-7);
+  EXPECT_FLOAT_EQ(c.rope_scaling.amplitude(), float(0.1 * std::log(4.0) + 1));
   // The same in transformers 5's form, and with the older "type" key.
   json v5 = without("rope_theta");
   v5["rope_parameters"] = yarn;
@@ -348,7 +348,7 @@ TEST(Config, RopeScaling) {
   c = parse(with("rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}));
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Linear);
   EXPECT_EQ(c.context_limit(), 81920);
-  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / std::sqrt(128.0f));
+  EXPECT_EQ(c.rope_scaling.amplitude(), 1.0f);
   // Without scaling, the context is max_position_embeddings and the message says so.
   EXPECT_ERROR_HAS(parse(real_config()).check_context(40961), "context 40961 exceeds the model's max_position_embeddings 40960");
   // Bad values name their field.

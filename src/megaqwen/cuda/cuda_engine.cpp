@@ -160,7 +160,7 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
   if (!gemm_) gemm_ = std::make_unique<CublasGemm>(stream_);
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
-  const float eps = float(c.rms_norm_eps), scale = c.attention_scale();
+  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
   uint16_t* hi = p_hi_.data();
   uint16_t* lo = options_.split_activations ? p_lo_.data() : nullptr;
 
@@ -205,7 +205,7 @@ void CudaEngine::forward_prefill(std::span<const int32_t> tokens, float* all_log
 void CudaEngine::enqueue_decode_step() {
   const ModelConfig& c = model_->config;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
-  const float eps = float(c.rms_norm_eps), scale = c.attention_scale();
+  const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
   const int32_t* token = step_.token();
   const int32_t* pos = step_.position();
   embed_rows(weights_.embed.data(), H, token, 1, d_x_.data(), stream_);

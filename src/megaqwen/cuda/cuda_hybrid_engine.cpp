@@ -286,7 +286,7 @@ void CudaHybridEngine::prefill_attention(const CudaHybridLayerWeights& w, int sl
        inv_freq_.data(), nullptr, p0, float(c.rms_norm_eps), p_q_.data(), k_layer(slot), v_layer(slot)},
       stream_);
   const PrefillAttentionArgs attn{p_q_.data(), k_layer(slot), v_layer(slot), T, p0, c.num_heads, c.num_kv_heads,
-                                  c.head_dim, c.attention_scale(), p_attn_.data()};
+                                  c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), p_attn_.data()};
   options_.tensor_core_prefill ? attention_prefill_tc(attn, stream_) : attention_prefill(attn, stream_);
   sigmoid_gate(p_attn_.data(), p_mix_.data() + Q, T, Q, row, stream_);
   split_bf16(p_attn_.data(), size_t(T) * size_t(Q), hi, lo, stream_);
@@ -339,7 +339,7 @@ void CudaHybridEngine::enqueue_decode_step() {
                     w.k_norm.data(), inv_freq_.data(), pos, 0, eps, d_q_.data(), k_layer(slot), v_layer(slot)},
                    stream_);
       attention_decode({d_q_.data(), k_layer(slot), v_layer(slot), pos, c.num_heads, c.num_kv_heads, c.head_dim,
-                        splits_, c.attention_scale(), partial_o_.data(), partial_ml_.data(), mixed},
+                        splits_, 1.0f / std::sqrt(float(c.head_dim)), partial_o_.data(), partial_ml_.data(), mixed},
                        stream_);
       sigmoid_gate(mixed, proj + Q, 1, Q, 0, stream_);
       gemv_bf16(w.o.data(), mixed, H, Q, d_x_.data(), GemvOut::Add, stream_);

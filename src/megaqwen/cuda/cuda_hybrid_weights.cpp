@@ -2,6 +2,7 @@
 
 #include "megaqwen/cuda/cuda_weights.h"
 #include "megaqwen/model/gpu_layout.h"
+#include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda {
@@ -46,8 +47,8 @@ CudaHybridWeights upload_hybrid_weights(const Model& model) {
       const Qwen35FullAttentionWeights& a = L.attention;
       for (const WeightMatrix* m : {&a.q, &a.k, &a.v, &a.o}) note(*m);
       dl.qgkv = upload_bf16(gated_attention_qgkv_bf16(a, c.num_heads, c.head_dim));
-      dl.q_norm = upload_f32(zero_centered_norm_f32(a.q_norm));
-      dl.k_norm = upload_f32(zero_centered_norm_f32(a.k_norm));
+      dl.q_norm = upload_f32(fold_rope_amplitude(zero_centered_norm_f32(a.q_norm), c));
+      dl.k_norm = upload_f32(fold_rope_amplitude(zero_centered_norm_f32(a.k_norm), c));
       dl.o = upload_matrix(a.o);
     } else {
       const Qwen35LinearAttentionWeights& a = L.linear;

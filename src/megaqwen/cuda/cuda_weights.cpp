@@ -1,6 +1,7 @@
 #include "megaqwen/cuda/cuda_weights.h"
 
 #include "megaqwen/model/gpu_layout.h"
+#include "megaqwen/model/rope.h"
 
 namespace megaqwen::cuda {
 
@@ -62,8 +63,8 @@ CudaWeights upload_weights(const Model& model) {
     for (DType t : {L.q.dtype, L.k.dtype, L.v.dtype, L.o.dtype, L.gate.dtype, L.up.dtype, L.down.dtype}) note(t);
     dl.input_norm = upload_vector(L.input_norm);
     dl.post_norm = upload_vector(L.post_norm);
-    dl.q_norm = upload_vector(L.q_norm);
-    dl.k_norm = upload_vector(L.k_norm);
+    dl.q_norm = upload_f32(fold_rope_amplitude(vector_f32(L.q_norm), model.config));
+    dl.k_norm = upload_f32(fold_rope_amplitude(vector_f32(L.k_norm), model.config));
     dl.o = upload_matrix(L.o);
     dl.down = upload_matrix(L.down);
 

@@ -91,7 +91,7 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
   const int64_t heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
   const double eps = c.rms_norm_eps;
-  const float scale = c.attention_scale();
+  const float scale = 1.0f / std::sqrt(float(D));
 
   std::vector<float> x(size_t(T * H));        // residual stream [T, H]
   std::vector<float> h(size_t(T * H));        // normed input of a block [T, H]
@@ -120,12 +120,12 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
       for (int64_t hd = 0; hd < heads; ++hd) {
         float* qh = &q[size_t((t * heads + hd) * D)];
         cpu::rms_norm(qh, L.q_norm, eps, D, qh);
-        cpu::rope(qh, D, p0 + t, inv_freq_.data());
+        cpu::rope(qh, D, p0 + t, inv_freq_.data(), c.rope_scaling.amplitude());
       }
       for (int64_t g = 0; g < kv_heads; ++g) {
         float* kh = &k[size_t((t * kv_heads + g) * D)];
         cpu::rms_norm(kh, L.k_norm, eps, D, kh);
-        cpu::rope(kh, D, p0 + t, inv_freq_.data());
+        cpu::rope(kh, D, p0 + t, inv_freq_.data(), c.rope_scaling.amplitude());
       }
       std::memcpy(k_cache + (p0 + t) * KV, &k[size_t(t * KV)], size_t(KV) * sizeof(float));
       std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));

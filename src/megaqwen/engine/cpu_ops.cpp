@@ -173,12 +173,12 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta) {
   return inv;
 }
 
-void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq) {
+void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq, float amplitude) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     // fp32 angle (position * inv_freq), as transformers forms it; long positions depend on this.
     const float angle = float(position) * inv_freq[i];
-    const float c = std::cos(angle), s = std::sin(angle);
+    const float c = std::cos(angle) * amplitude, s = std::sin(angle) * amplitude;
     const float a = head[i], b = head[i + half];
     head[i] = a * c - b * s;
     head[i + half] = b * c + a * s;

@@ -33,8 +33,9 @@ void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, 
 
 // RoPE frequencies theta^(-2i/D) for i < D/2.
 std::vector<float> rope_inv_freq(int64_t head_dim, double theta);
-// Rotate-half RoPE on one head: pairs (i, i + D/2), angle = position * inv_freq[i].
-void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq);
+// Rotate-half RoPE on one head: pairs (i, i + D/2), angle = position * inv_freq[i]; cos and sin
+// times `amplitude` (YaRN's attention factor, RopeScaling::amplitude), as transformers applies it.
+void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq, float amplitude = 1.0f);
 
 // Causal grouped-query attention of `tokens` new queries at positions first_position.. over a cache
 // laid out [position, kv_heads, head_dim] that already holds their keys and values:

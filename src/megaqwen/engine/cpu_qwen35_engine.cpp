@@ -204,7 +204,7 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
   const int64_t D = c.head_dim, heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), p0 = position_;
   const double eps = c.rms_norm_eps;
-  const float scale = c.attention_scale();
+  const float scale = 1.0f / std::sqrt(float(D));
   float* k_cache = &k_cache_[size_t(slot) * size_t(context_) * size_t(KV)];
   float* v_cache = &v_cache_[size_t(slot) * size_t(context_) * size_t(KV)];
 
@@ -223,12 +223,12 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
       std::copy_n(src, D, qh);
       std::copy_n(src + D, D, &gate[size_t((t * heads + hd) * D)]);
       cpu::rms_norm_zero_centered(qh, w.q_norm, eps, D, qh);
-      cpu::rope(qh, c.rotary_dim, p0 + t, inv_freq_.data());  // dims rotary_dim..D pass through
+      cpu::rope(qh, c.rotary_dim, p0 + t, inv_freq_.data(), c.rope_scaling.amplitude());  // dims rotary_dim..D pass through
     }
     for (int64_t g = 0; g < kv_heads; ++g) {
       float* kh = &k[size_t((t * kv_heads + g) * D)];
       cpu::rms_norm_zero_centered(kh, w.k_norm, eps, D, kh);
-      cpu::rope(kh, c.rotary_dim, p0 + t, inv_freq_.data());
+      cpu::rope(kh, c.rotary_dim, p0 + t, inv_freq_.data(), c.rope_scaling.amplitude());
     }
     std::memcpy(k_cache + (p0 + t) * KV, &k[size_t(t * KV)], size_t(KV) * sizeof(float));
     std::memcpy(v_cache + (p0 + t) * KV, &v[size_t(t * KV)], size_t(KV) * sizeof(float));

@@ -282,11 +282,6 @@ void ModelConfig::check_context(int context) const {
        context, context_limit(), max_position_embeddings, rope_scaling.factor);
 }
 
-float ModelConfig::attention_scale() const {
-  const float plain = 1.0f / std::sqrt(float(head_dim));
-  return rope_scaling.type == RopeScaling::Type::Yarn ? float(plain * rope_scaling.qk_factor()) : plain;
-}
-
 int64_t ModelConfig::parameter_count() const {
   const int64_t H = hidden_size, D = head_dim, I = intermediate_size;
   const int64_t mlp = 3 * H * I;                   // gate, up, down

@@ -24,7 +24,8 @@ const char* layer_type_name(LayerType type);  // as written in config.json
 
 // How RoPE stretches to contexts longer than pretraining (config.json `rope_scaling`, or
 // `rope_parameters.rope_type` in transformers >= 5), as transformers computes it: the inverse
-// frequencies change (model/rope.h) and, for YaRN, cos and sin are scaled by attention_factor.
+// frequencies change (model/rope.h) and, for YaRN, cos and sin are scaled by attention_factor (only
+// the rotated dims of q and k grow: with partial rotary, as in Qwen3.5, the rest do not).
 struct RopeScaling {
   enum class Type { None, Linear, Yarn } type = Type::None;
   double factor = 1.0;                    // Linear, Yarn: how much longer the context gets
@@ -33,8 +34,9 @@ struct RopeScaling {
   double attention_factor = 1.0;          // Yarn: multiplies cos and sin (so q.k by its square)
   bool truncate = true;                   // Yarn: the ramp's ends rounded to whole dims
 
-  // What q.k is multiplied by: attention_factor squared for YaRN, else 1.
-  double qk_factor() const { return type == Type::Yarn ? attention_factor * attention_factor : 1.0; }
+  // What RoPE's cos and sin are multiplied by (so the rotated dims of q and k): YaRN's
+  // attention_factor, else 1.
+  float amplitude() const { return type == Type::Yarn ? float(attention_factor) : 1.0f; }
 };
 
 struct ModelConfig {
@@ -82,9 +84,7 @@ struct ModelConfig {
   int context_limit() const;
   // Fails naming the limit when `context` is beyond it.
   void check_context(int context) const;
-  // The softmax scale of full attention: 1 / sqrt(head_dim), times YaRN's attention_factor squared
-  // (transformers scales cos and sin, so both q and k, by it).
-  float attention_scale() const;
+
   int64_t parameter_count() const;  // embedding, layers, final norm and an untied head (no vision, no MTP)
 };
 

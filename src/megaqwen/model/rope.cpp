@@ -51,4 +51,11 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
   return inv;
 }
 
+std::vector<float> fold_rope_amplitude(std::vector<float> qk_norm, const ModelConfig& c) {
+  const float amplitude = c.rope_scaling.amplitude();
+  if (amplitude == 1.0f) return qk_norm;
+  for (size_t i = 0; i < qk_norm.size() && i < size_t(c.rotary_dim); ++i) qk_norm[i] *= amplitude;
+  return qk_norm;
+}
+
 }  // namespace megaqwen

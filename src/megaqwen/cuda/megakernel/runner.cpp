@@ -89,7 +89,7 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
            kAblateDeferredRefill, kAblateFences, kAblateAcquireSpin, env);
     ablate_ = uint32_t(v);
   }
-  scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)) * c.rope_scaling.qk_factor());
+  scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
   const bool hybrid = c.is_hybrid();
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), Q = size_t(c.q_dim()), KV = size_t(c.kv_dim()),
