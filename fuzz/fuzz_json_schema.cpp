@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "recognizer_walk.h"
 #include "megaqwen/grammar/json_recognizer.h"
 #include "megaqwen/util/error.h"
 
@@ -32,10 +33,7 @@ void must_parse(const std::string& text) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const size_t nul = input.find('\0');
-  const std::string_view schema_text = input.substr(0, nul);
-  const std::string_view reply = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
+  const auto [schema_text, reply] = megaqwen::fuzz::split_at_nul(data, size);
   nlohmann::ordered_json schema;
   try {
     schema = nlohmann::ordered_json::parse(schema_text);
@@ -45,30 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto grammar = std::make_shared<const megaqwen::JsonGrammar>(megaqwen::JsonGrammar::from_schema(schema));
     megaqwen::JsonRecognizer r(grammar);
-    std::string taken;
-    for (char c : reply) {
-      if (!r.advance(std::string_view(&c, 1))) break;
-      taken += c;
-      if (r.complete()) must_parse(taken);
-    }
-    // From there, the first allowed byte each time (bounded): no dead end before a whole value.
-    megaqwen::JsonRecognizer::State state = r.state(), next;
-    for (int step = 0; step < 256 && !megaqwen::JsonRecognizer::complete(state); ++step) {
-      bool moved = false;
-      for (int b = 0; b < 256 && !moved; ++b) {
-        r.step(state, uint8_t(b), next);
-        if (!next.empty()) {
-          state.swap(next);
-          taken += char(b);
-          moved = true;
-        }
-      }
-      if (!moved) {
-        std::fprintf(stderr, "dead end after: %s\n", taken.c_str());
-        std::abort();
-      }
-    }
-    if (megaqwen::JsonRecognizer::complete(state)) must_parse(taken);
+    // The first allowed byte each time (bounded): no dead end before a whole value.
+    megaqwen::fuzz::read_then_walk(r, reply, 256, "", must_parse);
   } catch (const megaqwen::Error&) {
     // Refused with a message: the expected outcome for schemas it cannot honour.
   } catch (const std::exception& e) {

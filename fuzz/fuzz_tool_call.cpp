@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "recognizer_walk.h"
 #include "megaqwen/grammar/xml_tool_call_recognizer.h"
 #include "megaqwen/server/tool_call_parser.h"
 #include "megaqwen/util/error.h"
@@ -41,10 +42,7 @@ void must_parse(const std::string& call, const std::vector<ordered_json>& tools,
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const size_t nul = input.find('\0');
-  const std::string_view tools_text = input.substr(0, nul);
-  const std::string_view reply = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
+  const auto [tools_text, reply] = megaqwen::fuzz::split_at_nul(data, size);
   std::vector<ordered_json> tools;
   try {
     // The shape the request parser guarantees: a list of {"function": {"name": string, ...}}.
@@ -62,39 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto grammar = std::make_shared<const megaqwen::XmlToolCallGrammar>(megaqwen::XmlToolCallGrammar::from_tools(tools, ""));
     megaqwen::XmlToolCallRecognizer r(grammar);
-    std::string taken;
-    for (char c : reply) {
-      if (!r.advance(std::string_view(&c, 1))) break;
-      taken += c;
-      if (r.complete()) must_parse(taken, tools, *grammar);
-    }
-    megaqwen::XmlToolCallRecognizer::State state = r.state(), next;
-    for (int step = 0; step < 512 && !megaqwen::XmlToolCallRecognizer::complete(state); ++step) {
-      bool moved = false;
-      // Prefer a newline and then '<' (they lead out of text values), then the first byte that fits.
-      for (int b : {'\n', '<', '/'}) {
-        r.step(state, uint8_t(b), next);
-        if (!next.empty()) {
-          moved = true;
-          taken += char(b);
-          state.swap(next);
-          break;
-        }
-      }
-      for (int b = 0; b < 256 && !moved; ++b) {
-        r.step(state, uint8_t(b), next);
-        if (!next.empty()) {
-          state.swap(next);
-          taken += char(b);
-          moved = true;
-        }
-      }
-      if (!moved) {
-        std::fprintf(stderr, "dead end after: %s\n", taken.c_str());
-        std::abort();
-      }
-    }
-    if (megaqwen::XmlToolCallRecognizer::complete(state)) must_parse(taken, tools, *grammar);
+    // A newline, then '<' and '/', lead out of text values; else the first allowed byte (bounded).
+    megaqwen::fuzz::read_then_walk(r, reply, 512, "\n</", [&](const std::string& call) { must_parse(call, tools, *grammar); });
   } catch (const megaqwen::Error&) {
     // Refused with a message: tools the XML form cannot carry.
   } catch (const std::exception& e) {

@@ -227,15 +227,9 @@ TEST(JsonConstraint, GenerationsOfRandomLogitsParseAndValidate) {
   int whole = 0;
   for (const ojson& schema : schemas) {
     for (uint64_t seed = 0; seed < 20; ++seed) {
-      GenerationRequest req;
-      req.prompt = {1, 2, 3};
-      req.max_tokens = 400;
-      req.sampling.temperature = 1.0f;
-      req.sampling.seed = seed;
-      req.eos_ids = {kToyEnd};
-      req.token_bytes = [&](int32_t id) { return trie->bytes(id); };
-      req.constraint = std::make_shared<JsonConstraint>(grammar_of(schema), trie, req.eos_ids);
-      const GenerationResult r = gen.run(req);
+      const GenerationResult r = gen.run(test::noise_request(trie, kToyEnd, seed, [&](std::vector<int32_t> ends) {
+        return std::make_shared<JsonConstraint>(grammar_of(schema), trie, std::move(ends));
+      }));
       if (r.finish == FinishReason::Length) continue;  // noise may ramble: cut, not wrong
       ASSERT_EQ(r.finish, FinishReason::Eos);
       ++whole;

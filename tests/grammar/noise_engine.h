@@ -1,13 +1,17 @@
 // NoiseEngine: a model of random logits, so every draw is a fresh random choice among what a
-// constraint's mask leaves. Test-only.
+// constraint's mask leaves; noise_request: a constrained request for it. Test-only.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/engine/generator.h"
+#include "megaqwen/grammar/token_trie.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::test {
@@ -43,5 +47,21 @@ class NoiseEngine final : public Engine {
   std::mt19937 rng_{5};
   int position_ = 0;
 };
+
+// A request to draw up to 400 tokens from the noise at temperature 1 (seeded), under `constraint`
+// (built for the end id `end`), with the toy vocabulary's bytes from `trie`.
+inline GenerationRequest noise_request(const std::shared_ptr<const TokenTrie>& trie, int32_t end, uint64_t seed,
+                                       const std::function<std::shared_ptr<OutputConstraint>(std::vector<int32_t>)>&
+                                           constraint) {
+  GenerationRequest req;
+  req.prompt = {1, 2, 3};
+  req.max_tokens = 400;
+  req.sampling.temperature = 1.0f;
+  req.sampling.seed = seed;
+  req.eos_ids = {end};
+  req.token_bytes = [trie](int32_t id) { return trie->bytes(id); };
+  req.constraint = constraint(req.eos_ids);
+  return req;
+}
 
 }  // namespace megaqwen::test

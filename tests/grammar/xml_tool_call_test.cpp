@@ -365,15 +365,9 @@ TEST(XmlToolCallConstraint, GenerationsOfRandomLogitsParseIntoValidCalls) {
   int whole = 0;
   for (const std::string name : {"", "set_alarm", "get_weather"}) {
     for (uint64_t seed = 0; seed < 20; ++seed) {
-      GenerationRequest req;
-      req.prompt = {1, 2, 3};
-      req.max_tokens = 400;
-      req.sampling.temperature = 1.0f;
-      req.sampling.seed = seed;
-      req.eos_ids = {kToyEnd};
-      req.token_bytes = [&](int32_t id) { return trie->bytes(id); };
-      req.constraint = std::make_shared<XmlToolCallConstraint>(grammar_of(name), trie, req.eos_ids);
-      const GenerationResult r = gen.run(req);
+      const GenerationResult r = gen.run(test::noise_request(trie, kToyEnd, seed, [&](std::vector<int32_t> ends) {
+        return std::make_shared<XmlToolCallConstraint>(grammar_of(name), trie, std::move(ends));
+      }));
       if (r.finish == FinishReason::Length) continue;  // noise may ramble inside a text value: cut, not wrong
       ASSERT_EQ(r.finish, FinishReason::Eos);
       ++whole;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "megaqwen/grammar/token_mask.h"
 #include "megaqwen/grammar/utf8_lead.h"
 #include "megaqwen/util/error.h"
 
@@ -147,16 +148,7 @@ JsonRecognizer::JsonRecognizer(std::shared_ptr<const JsonGrammar> grammar, int n
   state_.push_back(t);
 }
 
-bool JsonRecognizer::advance(std::string_view bytes) {
-  State next, cur = state_;
-  for (char c : bytes) {
-    step(cur, uint8_t(c), next);
-    if (next.empty()) return false;
-    cur.swap(next);
-  }
-  state_.swap(cur);
-  return true;
-}
+bool JsonRecognizer::advance(std::string_view bytes) { return advance_bytes(*this, state_, bytes); }
 
 bool JsonRecognizer::complete(const State& state) {
   for (const Thread& t : state)
@@ -442,15 +434,7 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
           if (c < lo || c > hi) return;
           --f.pos;
           const uint32_t code_point = (f.unused >> 3) << 6 | (c & 0x3F);
-          if (pattern) {
-            if (f.pos == 0) {
-              f.bits = pattern->step(f.bits, code_point);
-              if (!f.bits) return;
-            } else {
-              const uint32_t shift = 6 * f.pos;
-              if (!pattern->allows_any(f.bits, code_point << shift, ((code_point + 1) << shift) - 1)) return;
-            }
-          }
+          if (pattern && !(f.bits = pattern->step_partial(f.bits, code_point, f.pos))) return;
           f.unused = f.pos == 0 ? 0 : pattern ? code_point << 3 : 0;
           if (f.pos == 0) f.phase = kStrNormal;
           out.push_back(t);

@@ -386,6 +386,12 @@ uint64_t StringPattern::step(uint64_t state, uint32_t cp) const {
   return out;
 }
 
+uint64_t StringPattern::step_partial(uint64_t state, uint32_t prefix, int more) const {
+  if (more == 0) return step(state, prefix);
+  const uint32_t shift = 6 * uint32_t(more);
+  return allows_any(state, prefix << shift, ((prefix + 1) << shift) - 1) ? state : 0;
+}
+
 bool StringPattern::allows_any(uint64_t state, uint32_t lo, uint32_t hi) const {
   for (uint64_t n = next_positions(state); n; n &= n - 1)
     if (intersects(classes_[size_t(__builtin_ctzll(n))], lo, hi)) return true;

@@ -36,6 +36,10 @@ class StringPattern {
   uint64_t step(uint64_t state, uint32_t cp) const;
   // Whether some code point in [lo, hi] can come next.
   bool allows_any(uint64_t state, uint32_t lo, uint32_t hi) const;
+  // A character read in UTF-8 with `more` continuation bytes still to come and `prefix` the bits of
+  // its code point so far: with none to come, the state after that code point; else the state kept
+  // while some code point the prefix can become is allowed. 0: no match can continue.
+  uint64_t step_partial(uint64_t state, uint32_t prefix, int more) const;
   bool accepts(uint64_t state) const;
   int positions() const { return int(classes_.size()); }
 

@@ -6,11 +6,13 @@
 // `step(in, byte, out)` leaves `out` empty when the byte does not fit (JsonRecognizer,
 // XmlToolCallRecognizer).
 //
-// mask_logits then sends the logits of the tokens not marked to -infinity.
+// mask_logits then sends the logits of the tokens not marked to -infinity. advance_bytes moves a
+// recognizer's state through a whole token (what a constraint does after each draw).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "megaqwen/grammar/token_trie.h"
@@ -45,6 +47,20 @@ void accepted_tokens(const TokenTrie& trie, const Recognizer& recognizer, std::v
     for (uint32_t i = c.first_token; i < c.first_token + c.tokens; ++i) set_token_bit(bits, trie.token_id(i));
     accepted_tokens(trie, recognizer, levels, bits, child, level + 1);
   }
+}
+
+// Runs `bytes` through the recognizer from `state`: when every byte fits, the state moves and the
+// result is true; otherwise the state is left as it was.
+template <class Recognizer, class State>
+bool advance_bytes(const Recognizer& recognizer, State& state, std::string_view bytes) {
+  State next, cur = state;
+  for (char c : bytes) {
+    recognizer.step(cur, uint8_t(c), next);
+    if (next.empty()) return false;
+    cur.swap(next);
+  }
+  state.swap(cur);
+  return true;
 }
 
 // Sets every logit whose token is not in `bits` (nor `extra`, when >= 0) to -infinity. Returns

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "megaqwen/grammar/token_mask.h"
 #include "megaqwen/grammar/utf8_lead.h"
 #include "megaqwen/util/error.h"
 
@@ -62,16 +63,7 @@ XmlToolCallRecognizer::XmlToolCallRecognizer(std::shared_ptr<const XmlToolCallGr
   std::sort(state_.begin(), state_.end());
 }
 
-bool XmlToolCallRecognizer::advance(std::string_view bytes) {
-  State next, cur = state_;
-  for (char c : bytes) {
-    step(cur, uint8_t(c), next);
-    if (next.empty()) return false;
-    cur.swap(next);
-  }
-  state_.swap(cur);
-  return true;
-}
+bool XmlToolCallRecognizer::advance(std::string_view bytes) { return advance_bytes(*this, state_, bytes); }
 
 bool XmlToolCallRecognizer::complete(const State& state) {
   return std::any_of(state.begin(), state.end(), [](const Config& c) { return c.stage == Config::Done; });
@@ -251,15 +243,7 @@ void XmlToolCallRecognizer::feed_text(Config c, uint8_t byte, State& out) const 
     if (byte < lo || byte > hi) return;
     --c.utf8_more;
     const uint32_t code_point = (c.utf8 >> 3) << 6 | (byte & 0x3F);
-    if (pattern) {
-      if (c.utf8_more == 0) {
-        c.pattern = pattern->step(c.pattern, code_point);
-        if (!c.pattern) return;
-      } else {
-        const uint32_t shift = 6 * c.utf8_more;
-        if (!pattern->allows_any(c.pattern, code_point << shift, ((code_point + 1) << shift) - 1)) return;
-      }
-    }
+    if (pattern && !(c.pattern = pattern->step_partial(c.pattern, code_point, c.utf8_more))) return;
     c.utf8 = c.utf8_more > 0 && pattern ? code_point << 3 : 0;
     c.pos = 0;
     out.push_back(std::move(c));
