@@ -1,8 +1,9 @@
 // QK-norm, RoPE and the KV-cache append, fused: one warp per (token, head).
 // In: qkv rows of the q | k | v projections of each token (Qwen3), or q | gate | k | v (Qwen3.5's
 // gated attention: `gated`, the gate is read later by the output gate), q_norm / k_norm [D] fp32
-// (Qwen3.5's 1 + w folded in at upload), inv_freq [R/2] fp32 (theta^(-2i/R), computed on the host
-// exactly as cpu::rope_inv_freq) for the rotary dims R = rotary_dim <= D.
+// (Qwen3.5's 1 + w, and YaRN's attention factor on the rotated dims, folded in at upload), inv_freq
+// [R/2] fp32 (model/rope.h's rope_inverse_frequencies, the CPU engine's table) for the rotary dims
+// R = rotary_dim <= D.
 // Out: q [T, heads, D] fp32; k_cache / v_cache rows of the tokens' positions, bf16 [context, kv_heads, D].
 // Warp w of block (t, h) handles query head h (h < heads) or kv head h - heads. Lane l owns elements
 // l + 32e (e < D/32), so the head's sum of squares is one warp reduction. RoPE rotates the pairs

@@ -199,7 +199,7 @@ struct Params {
   const uint16_t* embed;       // [V, H] bf16
   const uint16_t* lm_head;     // [V, H] bf16 (== embed when tied)
   const float* final_norm;     // [H]
-  const float* inv_freq;       // [R/2] RoPE inverse frequencies (cpu::rope_inv_freq; R = D for Qwen3)
+  const float* inv_freq;       // [R/2] RoPE inverse frequencies (rope_inverse_frequencies; R = D for Qwen3)
   uint64_t delta_layers;       // bit l set: layer l is a Gated DeltaNet layer (hybrid configs only)
   int context;                 // rows of each layer's KV cache
   // Workspace written during the launch (every buffer written once per token: no reuse hazards
