@@ -295,6 +295,12 @@ TEST_F(CliBadInput, YarnStretchesTheContext) {
                          "stretched by its rope_scaling factor 4)"});
   expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--ctx", "50000"}),
                         {"context 50000 exceeds the model's max_position_embeddings 40960"});
+  // A context the scaling allows but this machine cannot hold: refused before the cache is made.
+  const fs::path huge = variant("yarn-huge", [](ordered_json& c) {
+    c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 512.0}, {"original_max_position_embeddings", 32768}};
+  }, {});
+  expect_one_error_line(generate(huge, {"--ids", "1 2 3", "--ctx", "16000000"}),
+                        {"a KV cache of 16000000 tokens needs ", " GiB of memory available; ask for a smaller --ctx"});
 }
 
 TEST_F(CliBadInput, MissingFolder) {

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "megaqwen/model/rope.h"
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/cuda/prefill_logits.h"
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda {

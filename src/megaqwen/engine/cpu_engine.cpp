@@ -4,9 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "megaqwen/model/rope.h"
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/host_memory.h"
 
 namespace megaqwen {
 
@@ -22,10 +23,8 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
   const size_t cache_floats = size_t(c.num_layers) * size_t(context_) * size_t(c.kv_dim());
-  constexpr size_t kMaxCacheBytes = size_t(64) << 30;
-  if (2 * cache_floats * sizeof(float) > kMaxCacheBytes)
-    fail("a KV cache of {} tokens needs {:.1f} GiB on the CPU; ask for a smaller --ctx", context_,
-         2.0 * double(cache_floats) * sizeof(float) / double(1ull << 30));
+  check_host_allocation(2 * cache_floats * sizeof(float), fmt::format("a KV cache of {} tokens", context_),
+                        "ask for a smaller --ctx");
   k_cache_.assign(cache_floats, 0.0f);
   v_cache_.assign(cache_floats, 0.0f);
   inv_freq_ = rope_inverse_frequencies(c);

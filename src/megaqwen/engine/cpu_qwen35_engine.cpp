@@ -4,10 +4,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "megaqwen/model/rope.h"
 #include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/host_memory.h"
 
 namespace megaqwen {
 
@@ -42,10 +43,8 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   for (LayerType t : c.layer_types) slot_.push_back(t == LayerType::FullAttention ? full++ : linear++);
 
   const size_t cache_floats = size_t(full) * size_t(context_) * size_t(c.kv_dim());
-  constexpr size_t kMaxCacheBytes = size_t(64) << 30;
-  if (2 * cache_floats * sizeof(float) > kMaxCacheBytes)
-    fail("a KV cache of {} tokens needs {:.1f} GiB on the CPU; ask for a smaller --ctx", context_,
-         2.0 * double(cache_floats) * sizeof(float) / double(1ull << 30));
+  check_host_allocation(2 * cache_floats * sizeof(float), fmt::format("a KV cache of {} tokens", context_),
+                        "ask for a smaller --ctx");
   k_cache_.assign(cache_floats, 0.0f);
   v_cache_.assign(cache_floats, 0.0f);
   state_floats_ = size_t(c.linear_num_value_heads) * size_t(c.linear_key_head_dim) * size_t(c.linear_value_head_dim);
