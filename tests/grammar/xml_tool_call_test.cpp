@@ -136,6 +136,7 @@ TEST(XmlToolCall, RefusesWhatTheSchemaForbidsOrTheParserWouldMisread) {
       "book>\n" + param("day", "2023-02-29") + param("ref", "ab1") + end,    // no such date
       "book>\n" + param("day", "2024-03-15") + param("ref", "a1") + end,     // pattern
       "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("n", "x") + end,  // extra: integers
+      "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("day", "4") + end,  // a declared key again
       "run_code>\n" + param("code", std::string("a\x01") + "b") + end,         // control bytes
       "run_code>\n" + param("code", "\xC3\x28") + end,                         // invalid UTF-8
   };
@@ -145,6 +146,8 @@ TEST(XmlToolCall, RefusesWhatTheSchemaForbidsOrTheParserWouldMisread) {
   EXPECT_TRUE(accepts(g, "get_weather>\n" + city, /*whole=*/false));
   EXPECT_TRUE(accepts(g, "set_alarm>\n" + param("hour", "7") + param("loud", "true") + end));
   EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("n", "4") + end));
+  EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("da", "4") +
+                             param("days", "5") + param("d", "6") + end));
   // A named tool: only its parameters.
   EXPECT_TRUE(accepts(grammar_of("run_code"), param("code", "x") + end));
   EXPECT_FALSE(accepts(grammar_of("run_code"), city + end));
@@ -166,6 +169,22 @@ TEST(XmlToolCall, RefusesToolsTheFormCannotCarry) {
   const ojson refused = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", 3}}}}}};
   const auto g = std::make_shared<const XmlToolCallGrammar>(XmlToolCallGrammar::from_tools({tool("f", refused)}, ""));
   EXPECT_TRUE(accepts(g, "f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>"));
+}
+
+// A free key equal to a declared one would overwrite it when parsed: refused, also at the longest
+// length a free key may have (where no longer key could take its place).
+TEST(XmlToolCall, FreeKeysAreNeverADeclaredKey) {
+  const std::string long_key(XmlToolCallGrammar::kMaxFreeKeyBytes, 'a');
+  const ojson tool = {{"type", "function"},
+                      {"function", {{"name", "f"}, {"parameters", {{"type", "object"},
+                                                                     {"properties", {{long_key, {{"type", "integer"}}}}},
+                                                                     {"additionalProperties", true}}}}}};
+  const auto g = std::make_shared<const XmlToolCallGrammar>(XmlToolCallGrammar::from_tools({tool}, ""));
+  const std::string end = "</function>\n</tool_call>";
+  EXPECT_TRUE(accepts(g, "f>\n<parameter=" + long_key + ">\n1\n</parameter>\n" + end));
+  EXPECT_FALSE(accepts(g, "f>\n<parameter=" + long_key + ">\n1\n</parameter>\n<parameter=" + long_key, false));
+  EXPECT_TRUE(accepts(g, "f>\n<parameter=" + long_key.substr(1) + "b>\nx\n</parameter>\n" + end));
+  EXPECT_TRUE(accepts(g, "f>\n<parameter=" + long_key.substr(1) + ">\nx\n</parameter>\n" + end));
 }
 
 // A random byte walk; past `soft_limit` bytes it prefers the bytes that go furthest into a fixed text

@@ -122,6 +122,8 @@ class Compiler {
       if (!required_left) options.push_back({"</function>\n</tool_call>", {Outcome::Kind::Done, index, 0}});
       t.params_choice.push_back(choice(std::move(options), path));
     }
+    for (const auto& p : t.params) t.declared_keys.push_back(p.key);
+    std::sort(t.declared_keys.begin(), t.declared_keys.end());
     t.json = std::move(json);
     g_.tools.push_back(std::move(t));
   }

@@ -13,7 +13,8 @@
 // compiled from the request's tools for XmlToolCallRecognizer. The server writes the opening
 // ("<tool_call>\n<function=", and the name when one is forced); the grammar covers the rest: a name
 // among the tools, then that tool's declared parameters in the schema's order (required ones never
-// skipped), then free keys where its schema allows extra properties, then the closing tags.
+// skipped), then free keys (none of the declared ones) where its schema allows extra properties,
+// then the closing tags.
 //
 // A VALUE is what the server's tool-call parser will read back (server/tool_call_parser.h): for a
 // parameter declared `"type": "string"` the text itself (its enum, length bounds and pattern
@@ -68,6 +69,7 @@ struct XmlToolCallGrammar {
     std::vector<Parameter> params;
     std::optional<Value> extra;      // the value of a free key, where the schema allows them
     std::vector<int> params_choice;  // per position 0..params.size(): the next key or the end
+    std::vector<std::string> declared_keys;  // sorted: a free key may not be one of them
     std::shared_ptr<const JsonGrammar> json;
   };
 

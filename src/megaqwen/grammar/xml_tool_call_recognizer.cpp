@@ -114,6 +114,7 @@ void XmlToolCallRecognizer::enter(const Outcome& outcome, State& out) const {
         Config key;
         key.stage = Config::FreeKey;
         key.tool = outcome.tool;
+        key.hi = uint32_t(tool.declared_keys.size());
         out.push_back(key);
       }
       return;
@@ -191,18 +192,30 @@ void XmlToolCallRecognizer::feed(const Config& c, uint8_t byte, State& out) cons
       return;
     }
     case Config::FreeKey: {
+      // "<parameter=", the key, '>' and a newline. [lo, hi) are the declared keys the key so far
+      // begins, so a key equal to one of them is refused at its '>' (or at its last byte, when no
+      // longer key could follow).
+      const auto& tool = grammar_->tools[c.tool];
+      const auto& keys = tool.declared_keys;
+      const size_t len = c.pos - kParameterOpen.size();  // key bytes so far
+      auto equals_declared = [&](uint32_t lo, uint32_t hi, size_t n) { return lo < hi && keys[lo].size() == n; };
       Config next = c;
       if (c.pos < kParameterOpen.size()) {
         if (byte != uint8_t(kParameterOpen[c.pos])) return;
         ++next.pos;
       } else if (c.pos == kFreeKeyClosed) {
-        if (byte == '\n') enter_value(c.tool, uint32_t(grammar_->tools[c.tool].params.size()),
-                                      *grammar_->tools[c.tool].extra, out);
+        if (byte == '\n') enter_value(c.tool, uint32_t(tool.params.size()), *tool.extra, out);
         return;
-      } else if (byte == '>' && c.pos > kParameterOpen.size()) {
+      } else if (byte == '>' && len > 0) {
+        if (equals_declared(c.lo, c.hi, len)) return;
         next.pos = kFreeKeyClosed;
-      } else if (free_key_byte(byte) && c.pos < kParameterOpen.size() + XmlToolCallGrammar::kMaxFreeKeyBytes) {
+      } else if (free_key_byte(byte) && len < XmlToolCallGrammar::kMaxFreeKeyBytes) {
         ++next.pos;
+        while (next.lo < next.hi && (keys[next.lo].size() <= len || uint8_t(keys[next.lo][len]) < byte)) ++next.lo;
+        uint32_t end = next.lo;
+        while (end < next.hi && keys[end].size() > len && uint8_t(keys[end][len]) == byte) ++end;
+        next.hi = end;
+        if (len + 1 == XmlToolCallGrammar::kMaxFreeKeyBytes && equals_declared(next.lo, next.hi, len + 1)) return;
       } else {
         return;
       }

@@ -28,7 +28,8 @@ class XmlToolCallRecognizer {
     uint16_t pos = 0;       // Choice, FreeKey: bytes matched; Text: bytes of "</parameter>" ending the text
     uint32_t tool = 0;
     uint32_t param = 0;     // Text, Json: the parameter (params.size(): a free key's value); FreeKey: position
-    uint32_t choice = 0, lo = 0, hi = 0;  // Choice: the candidate texts [lo, hi)
+    uint32_t choice = 0, lo = 0, hi = 0;  // Choice: the candidate texts [lo, hi); FreeKey: the declared
+                                          // keys the key so far is a prefix of
     uint32_t count = 0;     // Text: code points (kept at min when unbounded)
     uint32_t utf8 = 0;      // Text: code point so far << 3 | the next continuation byte's range code
     uint64_t pattern = 0;   // Text: the pattern's state
