@@ -91,6 +91,13 @@ TEST(JsonGrammar, NamesThePathAndKeywordItCannotHonour) {
   std::string many = R"({"type": "object", "properties": {)";
   for (int i = 0; i < 65; ++i) many += fmt::format("{}\"p{}\": {{}}", i ? "," : "", i);
   EXPECT_NE(error_of(many + "}}").find("at most 64"), std::string::npos);
+  // Literals are matched byte by byte with a 16-bit position: bounded well below it.
+  const std::string long_text(JsonGrammar::kMaxLiteralBytes, 'x');
+  EXPECT_NE(error_of(R"({"enum": [")" + long_text + R"("]})").find("an enum or const value of 4098 bytes (as JSON); at most 4096"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"properties": {")" + long_text + R"(": {}}})").find("a property name of 4098 bytes"),
+            std::string::npos);
+  EXPECT_EQ(error_of(R"({"const": ")" + long_text.substr(2) + R"("})"), "");
 }
 
 TEST(JsonGrammar, AcceptsAnnotationsAndPydanticStyleSchemas) {

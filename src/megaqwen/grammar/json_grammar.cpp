@@ -239,6 +239,9 @@ class SchemaCompiler {
       for (const auto& [name, sub] : props.items()) {
         names.push_back(name);
         const std::string text = ojson(name).dump();
+        if (text.size() > JsonGrammar::kMaxLiteralBytes)
+          fail("{}.properties: a property name of {} bytes; at most {} are supported", path, text.size(),
+               JsonGrammar::kMaxLiteralBytes);
         n.properties.push_back({text.substr(1), -1, false});
       }
       size_t i = 0;
@@ -283,6 +286,10 @@ class SchemaCompiler {
       if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return is_of_type(v, t); }))
         texts.push_back(v.dump());
     if (texts.empty()) fail("{}: no enum value is of the schema's type", path);
+    for (const std::string& t : texts)
+      if (t.size() > JsonGrammar::kMaxLiteralBytes)
+        fail("{}: an enum or const value of {} bytes (as JSON); at most {} are supported", path, t.size(),
+             JsonGrammar::kMaxLiteralBytes);
     return literals(std::move(texts));
   }
 

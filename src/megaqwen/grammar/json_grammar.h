@@ -34,6 +34,7 @@ struct JsonGrammar {
   };
   static constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
   static constexpr size_t kMaxProperties = 64;  // per object schema (the key matcher's bit mask)
+  static constexpr size_t kMaxLiteralBytes = 4096;  // an enum / const value's JSON, a property name
 
   struct Property {
     std::string key_text;  // the key as JSON writes it, without the opening quote ("a\"b" -> a\"b")

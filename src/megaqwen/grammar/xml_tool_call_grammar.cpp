@@ -16,7 +16,8 @@ using Value = XmlToolCallGrammar::Value;
 // What the parser reads as a name or a key: the text up to '>', trimmed; so no '>', '<' or
 // newline inside, and nothing trimming would change.
 bool fits_in_tag(const std::string& s) {
-  if (s.empty() || s.find_first_of("<>\n") != std::string::npos) return false;
+  if (s.empty() || s.size() > JsonGrammar::kMaxLiteralBytes || s.find_first_of("<>\n") != std::string::npos)
+    return false;
   const char* space = " \t\r\n";
   return std::string(" \t\r").find(s.front()) == std::string::npos &&
          std::string(space).find(s.back()) == std::string::npos;
