@@ -232,6 +232,25 @@ TEST(JsonRecognizer, RandomWalksNeverDeadEndAndAlwaysValidate) {
   }
 }
 
+// A free key (additionalProperties) equal to a declared name would give that property a value of
+// another schema (or repeat it): refused, however it is spelled. Free keys use only the escapes JSON
+// writes (no \u, no \/), so an equal name is equal bytes.
+TEST(JsonRecognizer, FreeKeysAreNeverADeclaredName) {
+  const auto g = grammar_of(ojson::parse(R"({"type": "object",
+      "properties": {"a": {"type": "integer"}, "b\"c": {"type": "integer"}, "é": {"type": "integer"}},
+      "additionalProperties": {"type": "string"}})"));
+  EXPECT_TRUE(accepts(g, R"({"a": 1, "c": "x", "bb": "y"})"));
+  EXPECT_TRUE(accepts(g, R"({"c": "x"})"));
+  EXPECT_TRUE(accepts(g, R"({"a": 1, "b\"": "x", "b\"cd": "y", "éé": "z", "\n": "w"})"));
+  EXPECT_FALSE(accepts(g, R"({"a": 1, "b\"c": "x"})"));   // a declared name, another schema
+  EXPECT_FALSE(accepts(g, R"({"b\"c": 1, "a": "x"})"));   // a skipped declared name
+  EXPECT_FALSE(accepts(g, R"({"a": 1, "é": "x"})"));      // UTF-8 names too
+  EXPECT_FALSE(accepts(g, R"({"a": 1, "a": 2})"));        // never twice
+  EXPECT_FALSE(accepts(g, R"({"\u0061": "x"})"));        // no \u in free keys
+  EXPECT_FALSE(accepts(g, R"({"x\/y": "x"})"));          // nor \/
+  EXPECT_TRUE(accepts(g, R"({"b\"c": 1})"));
+}
+
 TEST(JsonRecognizer, FollowsTheSchemaKeyOrder) {
   const auto g = grammar_of(kPerson);
   std::mt19937_64 rng(7);

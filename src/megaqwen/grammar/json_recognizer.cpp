@@ -258,6 +258,10 @@ void JsonRecognizer::start_key(Thread t, State& out) const {
     key.node = uint32_t(grammar_->key_string);
     key.type = kString;
     key.phase = kStrNormal;
+    // Every declared name, to refuse a free key equal to one (its value would escape that
+    // property's schema): bits holds those the key still follows, count the bytes it has matched.
+    const size_t declared = n.properties.size();
+    key.bits = declared == 64 ? ~uint64_t(0) : (uint64_t(1) << declared) - 1;
     if (push(t, key)) out.push_back(t);
   }
 }
@@ -372,9 +376,30 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
       // from UTF-8) steps it, and a multi-byte character or an escape starts only when some
       // character it could become is allowed.
       const StringPattern* pattern = n.pattern >= 0 ? &grammar_->patterns[size_t(n.pattern)] : nullptr;
+      // A free object key (start_key): bits are the declared properties whose key text (the name as
+      // JSON writes it, closing quote included) its bytes still follow, count how many it matched.
+      // Its escapes are the ones JSON writes (no \u, no \/), so equal names are equal bytes.
+      const bool free_key = f.node == uint32_t(grammar_->key_string);
+      auto follow_declared = [&](uint8_t byte) {
+        if (!f.bits) return;
+        const auto& props = grammar_->nodes[t.frames[t.depth - 2].node].properties;
+        uint64_t kept = 0;
+        for (uint64_t b = f.bits; b; b &= b - 1) {
+          const int p = __builtin_ctzll(b);
+          const std::string& text = props[size_t(p)].key_text;
+          if (text.size() > f.count && uint8_t(text[f.count]) == byte) kept |= uint64_t(1) << p;
+        }
+        f.bits = kept;
+        f.count = kept ? f.count + 1 : 0;
+      };
       switch (f.phase) {
         case kStrNormal:
           if (c == '"') {
+            if (free_key && f.bits) {
+              const auto& props = grammar_->nodes[t.frames[t.depth - 2].node].properties;
+              for (uint64_t b = f.bits; b; b &= b - 1)
+                if (props[size_t(__builtin_ctzll(b))].key_text.size() == size_t(f.count) + 1) return;  // a declared name
+            }
             if (f.count >= n.min && (!pattern || pattern->accepts(f.bits))) pop();
             return;
           }
@@ -393,10 +418,17 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
             f.bits = pattern->step(f.bits, c);
             if (!f.bits) return;
           }
-          f.count = bump(f.count, n);
+          if (free_key)
+            follow_declared(c);
+          else
+            f.count = bump(f.count, n);
           out.push_back(t);
           return;
         case kStrEscape: {
+          if (free_key) {
+            if (c == 'u' || c == '/') return;
+            follow_declared(c);
+          }
           if (c == 'u') {
             if (pattern) return;  // a pattern's characters come as themselves (or simple escapes)
             f.phase = kStrHex;
@@ -435,6 +467,7 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
           --f.pos;
           const uint32_t code_point = (f.unused >> 3) << 6 | (c & 0x3F);
           if (pattern && !(f.bits = pattern->step_partial(f.bits, code_point, f.pos))) return;
+          if (free_key) follow_declared(c);
           f.unused = f.pos == 0 ? 0 : pattern ? code_point << 3 : 0;
           if (f.pos == 0) f.phase = kStrNormal;
           out.push_back(t);
