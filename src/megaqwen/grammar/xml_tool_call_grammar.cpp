@@ -1,7 +1,6 @@
 #include "megaqwen/grammar/xml_tool_call_grammar.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "megaqwen/util/error.h"
 
@@ -18,9 +17,8 @@ using Value = XmlToolCallGrammar::Value;
 bool fits_in_tag(const std::string& s) {
   if (s.empty() || s.size() > JsonGrammar::kMaxLiteralBytes || s.find_first_of("<>\n") != std::string::npos)
     return false;
-  const char* space = " \t\r\n";
-  return std::string(" \t\r").find(s.front()) == std::string::npos &&
-         std::string(space).find(s.back()) == std::string::npos;
+  const std::string_view space = " \t\r";
+  return space.find(s.front()) == std::string_view::npos && space.find(s.back()) == std::string_view::npos;
 }
 
 class Compiler {
