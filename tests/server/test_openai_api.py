@@ -61,6 +61,7 @@ def assert_error(status, body, want_status, param=None, code=None):
 def test_health_models_and_page(server, client):
     assert raw(server, "GET", "/health", key=None) == (200, {"status": "ok"})
     assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.list().data[0].model_extra["max_model_len"] == 512  # the server's --ctx
     status, page = raw(server, "GET", "/", key=None)
     assert status == 200 and "<title>megaqwen chat</title>" in page
 

@@ -305,7 +305,7 @@ struct HttpServer::Impl {
       res.set_content(metrics.render(scheduler.queued(), scheduler.running()), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created)); });
+      guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created, served.limits.context_size)); });
     });
     post("/v1/chat/completions", [this](const httplib::Request& req, const std::string& body,
                                         httplib::Response& res) { chat(req, body, res); });

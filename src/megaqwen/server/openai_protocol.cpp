@@ -594,10 +594,10 @@ ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& t
   return chunk;
 }
 
-ordered_json models_json(const std::string& model_id, int64_t created) {
+ordered_json models_json(const std::string& model_id, int64_t created, int context_size) {
   return {{"object", "list"},
           {"data", ordered_json::array({{{"id", model_id}, {"object", "model"}, {"created", created},
-                                         {"owned_by", "megaqwen"}}})}};
+                                         {"owned_by", "megaqwen"}, {"max_model_len", context_size}}})}};
 }
 
 std::string sse_event(const ordered_json& payload) { return "data: " + json_text(payload) + "\n\n"; }

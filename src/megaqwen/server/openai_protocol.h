@@ -139,7 +139,9 @@ ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& t
                                    const std::optional<std::string>& finish, bool usage_null,
                                    ordered_json logprobs = nullptr);
 
-ordered_json models_json(const std::string& model_id, int64_t created);
+// GET /v1/models: the served model, with vLLM's max_model_len (the server's context: prompt and
+// reply together), which clients such as Open WebUI read.
+ordered_json models_json(const std::string& model_id, int64_t created, int context_size);
 
 // Compact JSON text; invalid UTF-8 in strings (a model can emit any bytes) becomes U+FFFD.
 std::string json_text(const ordered_json& j);
