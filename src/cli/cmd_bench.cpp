@@ -81,7 +81,7 @@ void add_bench_command(CLI::App& app) {
     a->plan.sampling = a->sampling.resolve(a->plan.sampling);
     a->plan.prompt_lengths = parse_int_list(a->prompt_lens, "--prompt-len");
     a->plan.depths = parse_int_list(a->depths, "--depth");
-    auto model = load_model(a->model.model);
+    auto model = a->model.load();
     EngineOptions options = a->model.engine;
     if (options.context == 0) {  // just enough context for the deepest test
       int need = 1;

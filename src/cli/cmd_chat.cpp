@@ -93,7 +93,7 @@ void print_stats(const ChatSession& s) {
 }
 
 void run_chat(const ChatArgs& a) {
-  auto model = load_model(a.model.model);
+  auto model = a.model.load();
   Tokenizer tokenizer = Tokenizer::load(model->dir);
   ChatTemplate chat_template = ChatTemplate::load(model->dir);
   GenerationDefaults defaults = load_generation_defaults(model->dir);

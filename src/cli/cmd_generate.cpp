@@ -70,7 +70,7 @@ void print_logprobs(const GenerationResult& r, const std::optional<Tokenizer>& t
 
 void run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.ids.empty()) fail("give exactly one of --prompt TEXT or --ids \"1 2 3\"");
-  auto model = load_model(a.model.model);
+  auto model = a.model.load();
   // Text needs the tokenizer; ids work without one (then ids are printed).
   std::optional<Tokenizer> tokenizer = load_model_tokenizer(model->dir, !a.prompt.empty() || !a.stops.empty());
 

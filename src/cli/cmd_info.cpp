@@ -4,16 +4,17 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_options.h"
 #include "megaqwen/model/model.h"
 
 namespace megaqwen::cli {
 
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show a model's shapes, parameter count, bytes and dtypes");
-  auto model = std::make_shared<std::string>();
-  cmd->add_option("-m,--model", *model, "Model folder or Hugging Face id in the local cache")->required();
-  cmd->callback([model] {
-    auto m = load_model(*model);
+  auto args = std::make_shared<ModelArgs>();
+  args->add_to(cmd, /*with_engine=*/false);
+  cmd->callback([args] {
+    auto m = args->load();
     const ModelConfig& c = m->config;
     std::map<std::string, std::pair<int, uint64_t>> by_dtype;  // dtype -> (tensors, bytes)
     for (const auto& [name, t] : m->checkpoint->tensors()) {

@@ -28,7 +28,7 @@ void add_logits_command(CLI::App& app) {
   cmd->callback([a] {
     std::vector<int32_t> ids = parse_token_ids(a->ids);
     if (ids.empty()) fail("--ids is empty");
-    auto model = load_model(a->model.model);
+    auto model = a->model.load();
     EngineOptions options = a->model.engine;
     if (options.context == 0) options.context = std::min<int>(model->config.context_limit(), int(ids.size()));
     auto engine = create_engine(model, options);

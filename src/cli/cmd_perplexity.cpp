@@ -25,7 +25,7 @@ struct PerplexityArgs {
 void run_perplexity(const PerplexityArgs& a) {
   if (a.file.empty() == a.text.empty()) fail("give exactly one of --file PATH or --text TEXT");
   const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
-  auto model = load_model(a.model.model);
+  auto model = a.model.load();
   const Tokenizer tokenizer = *load_model_tokenizer(model->dir, true);
   const std::vector<int32_t> tokens = tokenizer.encode(text);
 

@@ -34,7 +34,7 @@ void run_serve(ServeArgs a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not the end of the server
 
-  auto model = load_model(a.model.model);
+  auto model = a.model.load();
   EngineOptions options = a.model.engine;
   if (options.context == 0) options.context = std::min(model->config.context_limit(), 8192);
   auto engine = create_engine(model, options);

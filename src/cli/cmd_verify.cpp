@@ -55,7 +55,7 @@ nlohmann::ordered_json phase_json(const PhaseResult& p) {
 
 void run_verify(const VerifyArgs& a) {
   if (!a.prompt.empty() && !a.ids.empty()) fail("give at most one of --prompt TEXT or --ids \"1 2 3\"");
-  auto model = load_model(a.model.model);
+  auto model = a.model.load();
   const int vocab = model->config.vocab_size;
 
   std::vector<int32_t> tokens;

@@ -10,6 +10,10 @@ namespace megaqwen::cli {
 
 void ModelArgs::add_to(CLI::App* cmd, bool with_engine) {
   cmd->add_option("-m,--model", model, "Model folder or Hugging Face id in the local cache")->required();
+  cmd->add_option("--rope-scaling", rope_scaling,
+                  "RoPE scaling as JSON, replacing config.json's, e.g. "
+                  "'{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32768}' "
+                  "to run Qwen3 past 32k positions");
   if (!with_engine) return;
   cmd->add_option("-d,--device", engine.device, "auto, cpu or cuda")->capture_default_str();
   // CLI::Range over int, not CLI::NonNegativeNumber: that one's error message prints DBL_MAX in full.

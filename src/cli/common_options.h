@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "megaqwen/engine/create_engine.h"
+#include "megaqwen/model/model.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/tokenizer/tokenizer.h"
 
@@ -16,8 +17,10 @@ namespace megaqwen::cli {
 
 struct ModelArgs {
   std::string model;
+  std::string rope_scaling;  // JSON; replaces config.json's RoPE scaling
   EngineOptions engine;
   void add_to(CLI::App* cmd, bool with_engine = true);
+  std::shared_ptr<const Model> load() const { return load_model(model, rope_scaling); }
 };
 
 // Flags left unset fall back to the model's generation_config.json, then to the library defaults.

@@ -295,6 +295,18 @@ TEST_F(CliBadInput, YarnStretchesTheContext) {
                          "stretched by its rope_scaling factor 4)"});
   expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--ctx", "50000"}),
                         {"context 50000 exceeds the model's max_position_embeddings 40960"});
+  // The same from the command line, config.json untouched; an override of "{}" turns scaling off.
+  const std::string yarn_json = R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})";
+  const RunResult flag_info = run({"info", "-m", model().string(), "--rope-scaling", yarn_json});
+  ASSERT_EQ(flag_info.status, 0) << flag_info.err;
+  EXPECT_NE(flag_info.out.find("context up to 131072"), std::string::npos) << flag_info.out;
+  EXPECT_EQ(run(generate(model(), {"--ids", "1 2 3", "--ctx", "50000", "--rope-scaling", yarn_json})).status, 0);
+  expect_one_error_line(generate(yarn, {"--ids", "1 2 3", "--ctx", "50000", "--rope-scaling", "{}"}),
+                        {"context 50000 exceeds the model's max_position_embeddings 40960"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--rope-scaling", R"({"rope_type": "longrope"})"}),
+                        {"--rope-scaling: rope_type 'longrope' is not supported (default, linear and yarn are)"});
+  expect_one_error_line(generate(model(), {"--ids", "1 2 3", "--rope-scaling", "yarn"}),
+                        {"--rope-scaling: not a JSON object"});
   // A context the scaling allows but this machine cannot hold: refused before the cache is made.
   const fs::path huge = variant("yarn-huge", [](ordered_json& c) {
     c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 512.0}, {"original_max_position_embeddings", 32768}};

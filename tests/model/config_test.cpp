@@ -362,6 +362,19 @@ TEST(Config, RopeScaling) {
   EXPECT_ERROR_HAS(parse(both), "rope_scaling and rope_parameters both scale RoPE; give one");
 }
 
+TEST(Config, RopeScalingOverride) {
+  ModelConfig c = parse(real_config());
+  override_rope_scaling(c, R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768})", "--rope-scaling");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(c.context_limit(), 131072);
+  override_rope_scaling(c, "{}", "--rope-scaling");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::None);
+  EXPECT_EQ(c.context_limit(), 40960);
+  EXPECT_ERROR_HAS(override_rope_scaling(c, R"({"rope_type": "yarn"})", "--rope-scaling"),
+                   "--rope-scaling: missing required field 'factor'");
+  EXPECT_ERROR_HAS(override_rope_scaling(c, "[1]", "--rope-scaling"), "--rope-scaling: not a JSON object: [1]");
+}
+
 TEST(Config, RopeParameters) {
   // transformers >= 5 moves rope_theta under rope_parameters.
   json j = without("rope_theta");

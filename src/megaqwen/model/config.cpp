@@ -307,6 +307,13 @@ int64_t ModelConfig::parameter_count() const {
   return embed + layers + H + (tie_word_embeddings ? 0 : embed);
 }
 
+void override_rope_scaling(ModelConfig& c, std::string_view json_text, const std::string& source) {
+  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object: {}", source, json_excerpt(j.is_discarded() ? json(std::string(json_text)) : j));
+  c.rope_scaling = RopeScaling{};
+  read_rope_scaling(FieldReader{j, source, ""}, c);
+}
+
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source) {
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) fail("{}: not valid JSON", source);

@@ -93,4 +93,9 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
 // Reads <dir>/config.json.
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
 
+// Replaces the config's RoPE scaling with `json_text` (an object in rope_scaling's form, e.g.
+// {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}; "{}" or
+// {"rope_type": "default"} for none), checked as config.json's would be; `source` names it in errors.
+void override_rope_scaling(ModelConfig& config, std::string_view json_text, const std::string& source);
+
 }  // namespace megaqwen

@@ -26,6 +26,8 @@ struct Model {
 };
 
 // `model` is a folder or a Hugging Face model id in the local cache (see resolve_model_dir).
-std::shared_ptr<const Model> load_model(const std::string& model);
+// `rope_scaling`, when not empty, replaces the config's RoPE scaling (override_rope_scaling; the
+// CLI's --rope-scaling), so a read-only checkpoint can run past its trained context.
+std::shared_ptr<const Model> load_model(const std::string& model, const std::string& rope_scaling = "");
 
 }  // namespace megaqwen
