@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "grammar/random_walk.h"
 #include "grammar/schema_validator.h"
 #include "megaqwen/util/error.h"
 
@@ -170,46 +171,20 @@ TEST(JsonRecognizer, BoundsWhitespaceNumbersAndDepth) {
   EXPECT_TRUE(allows_prefix(any, ok));
 }
 
-// A random byte walk: at each step the bytes the recognizer allows (there must be one unless the
-// value is whole); past `soft_limit` bytes closing bytes are preferred so the walk ends.
+// A random byte walk (random_walk.h) that may end at any whole value, and past `soft_limit` bytes
+// does, preferring the bytes that close a value.
 std::string random_walk(const std::shared_ptr<const JsonGrammar>& g, std::mt19937_64& rng, size_t soft_limit) {
-  JsonRecognizer r(g);
-  JsonRecognizer::State state = r.state(), next;
-  std::string text;
-  while (true) {
-    const bool whole = JsonRecognizer::complete(state);
-    if (whole && (rng() % 3 == 0 || text.size() > soft_limit)) return text;
-    std::vector<uint8_t> fits;
-    for (int b = 0; b < 256; ++b) {
-      r.step(state, uint8_t(b), next);
-      if (!next.empty()) fits.push_back(uint8_t(b));
+  struct Policy {
+    size_t soft_limit;
+    bool stop(const JsonRecognizer::State&, const std::string& text, std::mt19937_64& rng) const {
+      return rng() % 3 == 0 || text.size() > soft_limit;
     }
-    if (fits.empty()) {
-      EXPECT_TRUE(whole) << "dead end after: " << text;
-      return text;
+    bool must_close(const JsonRecognizer::State&) const { return false; }
+    int closer(const JsonRecognizer::State&, const std::vector<uint8_t>& fits, std::mt19937_64&) const {
+      return test::json_closer(fits);
     }
-    uint8_t pick = fits[rng() % fits.size()];
-    if (text.size() > soft_limit && rng() % 2 == 0) {  // (half the time: a pattern may need other bytes to end)
-      for (uint8_t closer : {'"', '}', ']', '0', 'n', 't'})
-        if (std::find(fits.begin(), fits.end(), closer) != fits.end()) {
-          pick = closer;
-          break;
-        }
-    } else if (rng() % 4 == 0) {
-      // Plain characters now and then, so strings and numbers are not all random high bytes.
-      std::vector<uint8_t> plain;
-      for (uint8_t b : fits)
-        if (b < 0x80) plain.push_back(b);
-      if (!plain.empty()) pick = plain[rng() % plain.size()];
-    }
-    r.step(state, pick, next);
-    state.swap(next);
-    text += char(pick);
-    if (text.size() > 20000) {
-      ADD_FAILURE() << "the walk does not end: ..." << text.substr(text.size() - 300);
-      return text;
-    }
-  }
+  };
+  return test::random_byte_walk(JsonRecognizer(g), rng, soft_limit, Policy{soft_limit});
 }
 
 TEST(JsonRecognizer, RandomWalksNeverDeadEndAndAlwaysValidate) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "grammar/noise_engine.h"
+#include "grammar/random_walk.h"
 #include "grammar/schema_validator.h"
 #include "megaqwen/chat/chat_template.h"
 #include "megaqwen/engine/generator.h"
@@ -187,63 +188,36 @@ TEST(XmlToolCall, FreeKeysAreNeverADeclaredKey) {
   EXPECT_TRUE(accepts(g, "f>\n<parameter=" + long_key.substr(1) + ">\nx\n</parameter>\n" + end));
 }
 
-// A random byte walk; past `soft_limit` bytes it prefers the bytes that go furthest into a fixed text
-// (the closing tags, the next key) or close a JSON value, so the walk ends.
+// A random byte walk (random_walk.h) to a whole call; past `soft_limit` bytes it prefers the bytes
+// that go furthest into a fixed text (the closing tags, the next key), finishing one once begun, or
+// that close a JSON value.
 std::string random_walk(const std::shared_ptr<const XmlToolCallGrammar>& g, std::mt19937_64& rng, size_t soft_limit) {
-  XmlToolCallRecognizer r(g);
-  State state = r.state(), next;
-  std::string text;
-  while (true) {
-    const bool whole = XmlToolCallRecognizer::complete(state);
-    if (whole) return text;  // nothing may follow a whole call
-    // closing: the bytes that go furthest into a fixed text (or end the call).
-    std::vector<uint8_t> fits, closing;
-    int furthest = 0;
-    for (int b = 0; b < 256; ++b) {
-      r.step(state, uint8_t(b), next);
-      if (next.empty()) continue;
-      fits.push_back(uint8_t(b));
-      int progress = 0;
-      for (const auto& c : next) {
-        if (c.stage == XmlToolCallRecognizer::Config::Done) progress = 1 << 20;
-        if (c.stage == XmlToolCallRecognizer::Config::Choice) progress = std::max(progress, c.pos + 1);
+  using Config = XmlToolCallRecognizer::Config;
+  struct Policy {
+    const XmlToolCallRecognizer& r;
+    bool stop(const State&, const std::string&, std::mt19937_64&) const { return true; }  // nothing may follow
+    bool must_close(const State& state) const {
+      return std::any_of(state.begin(), state.end(), [](const Config& c) { return c.stage == Config::Choice && c.pos > 0; });
+    }
+    int closer(const State& state, const std::vector<uint8_t>& fits, std::mt19937_64& rng) const {
+      std::vector<uint8_t> closing;
+      int furthest = 0;
+      State next;
+      for (uint8_t b : fits) {
+        r.step(state, b, next);
+        int progress = 0;
+        for (const Config& c : next) {
+          if (c.stage == Config::Done) progress = 1 << 20;
+          if (c.stage == Config::Choice) progress = std::max(progress, c.pos + 1);
+        }
+        if (progress > furthest) closing.clear(), furthest = progress;
+        if (progress > 0 && progress == furthest) closing.push_back(b);
       }
-      if (progress > furthest) closing.clear(), furthest = progress;
-      if (progress > 0 && progress == furthest) closing.push_back(uint8_t(b));
+      return closing.empty() ? test::json_closer(fits) : closing[rng() % closing.size()];
     }
-    if (fits.empty()) {
-      ADD_FAILURE() << "dead end after: " << text;
-      return text;
-    }
-    uint8_t pick = fits[rng() % fits.size()];
-    // Once a fixed text is begun (a closing tag), it is finished.
-    const bool mid_text = std::any_of(state.begin(), state.end(), [](const auto& c) {
-      return c.stage == XmlToolCallRecognizer::Config::Choice && c.pos > 0;
-    });
-    if (text.size() > soft_limit && (rng() % 2 == 0 || mid_text)) {
-      if (!closing.empty()) {
-        pick = closing[rng() % closing.size()];
-      } else {
-        for (uint8_t closer : {'"', '}', ']', '0', 'n', 't'})
-          if (std::find(fits.begin(), fits.end(), closer) != fits.end()) {
-            pick = closer;
-            break;
-          }
-      }
-    } else if (rng() % 3 == 0) {
-      std::vector<uint8_t> plain;  // mostly plain characters, so values are not all random high bytes
-      for (uint8_t b : fits)
-        if (b < 0x80) plain.push_back(b);
-      if (!plain.empty()) pick = plain[rng() % plain.size()];
-    }
-    r.step(state, pick, next);
-    state.swap(next);
-    text += char(pick);
-    if (text.size() > 20000) {
-      ADD_FAILURE() << "the walk does not end: ..." << text.substr(text.size() - 300);
-      return text;
-    }
-  }
+  };
+  const XmlToolCallRecognizer r(g);
+  return test::random_byte_walk(r, rng, soft_limit, Policy{r});
 }
 
 TEST(XmlToolCall, RandomWalksNeverDeadEndAndParseIntoValidArguments) {
