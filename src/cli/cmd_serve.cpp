@@ -22,6 +22,7 @@ struct ServeArgs {
   server::ServerOptions server;
   std::string model_name;
   double max_body_mib = 8;
+  double cache_ram_mib = 4096;
 };
 
 void run_serve(ServeArgs a) {
@@ -41,6 +42,7 @@ void run_serve(ServeArgs a) {
   server::ServedModel served = server::ServedModel::load(model, engine->context_size(), a.model_name);
   const std::string model_id = served.limits.id;
   a.server.max_body_bytes = size_t(a.max_body_mib * 1024 * 1024);
+  a.server.prompt_cache.budget_bytes = uint64_t(a.cache_ram_mib * 1024 * 1024);
 
   server::HttpServer http(std::move(served), *engine, a.server);
   const int port = http.bind();
@@ -77,6 +79,10 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 86400));
   cmd->add_option("--max-body-mib", a->max_body_mib, "Largest request body in MiB; larger get 413")
       ->capture_default_str()->check(CLI::Range(0.001, 1024.0));
+  cmd->add_option("--cache-ram", a->cache_ram_mib,
+                  "MiB of host memory for conversations set aside between requests, so clients taking turns "
+                  "do not prefill their whole history again (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1048576.0));
   cmd->callback([a] { run_serve(*a); });
 }
 

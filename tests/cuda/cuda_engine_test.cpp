@@ -22,6 +22,7 @@
 #include "cuda/gpu_test_util.h"
 #include "cuda/model_fixture.h"
 #include "engine/hf_fixture.h"
+#include "model/model_test_util.h"
 #include "megaqwen/cuda/cuda_engine.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
@@ -177,6 +178,41 @@ TEST_F(CudaEngineTest, TruncateThenRedecodeReproducesLogits) {
     auto l = gpu.decode(ids[p]);
     ASSERT_EQ(std::vector<float>(l.begin(), l.end()), first[p - 20]) << "position " << p;
   }
+}
+
+// save_state() copies the bf16 cache rows to the host; after another sequence overwrote the cache,
+// restore_state() puts them back and decoding goes on bit-for-bit as before, in this engine or a new
+// one. A CPU engine's state is refused by name.
+TEST_F(CudaEngineTest, SavedSequenceRestoresBitForBit) {
+  const auto ids = random_ids(40, 6);
+  cuda::CudaEngine gpu(model_, {.context = 128});
+  gpu.prefill(std::span(ids).first(20));
+  for (size_t p = 20; p < 25; ++p) gpu.decode(ids[p]);
+  const std::unique_ptr<EngineState> saved = gpu.save_state();
+  ASSERT_NE(saved, nullptr);
+  EXPECT_EQ(saved->position(), 25);
+  EXPECT_EQ(saved->bytes(), 25 * gpu.kv_bytes_per_token());
+  std::vector<std::vector<float>> first;
+  for (size_t p = 25; p < 40; ++p) {
+    auto l = gpu.decode(ids[p]);
+    first.emplace_back(l.begin(), l.end());
+  }
+  gpu.truncate(0);
+  gpu.prefill(random_ids(30, 7));
+  gpu.restore_state(*saved);
+  EXPECT_EQ(gpu.position(), 25);
+  cuda::CudaEngine other(model_, {.context = 64});
+  other.restore_state(*saved);
+  for (size_t p = 25; p < 40; ++p) {
+    auto l = gpu.decode(ids[p]);
+    ASSERT_EQ(std::vector<float>(l.begin(), l.end()), first[p - 25]) << "position " << p;
+    auto o = other.decode(ids[p]);
+    ASSERT_EQ(std::vector<float>(o.begin(), o.end()), first[p - 25]) << "position " << p << ", second engine";
+  }
+  CpuEngine cpu(model_, {.context = 128, .threads = 1});
+  cpu.prefill(std::span(ids).first(3));
+  EXPECT_ERROR_HAS(gpu.restore_state(*cpu.save_state()), "another kind of engine");
+  EXPECT_EQ(gpu.position(), 40);
 }
 
 TEST_F(CudaEngineTest, BadInputThrowsAndEngineStaysUsable) {

@@ -255,6 +255,44 @@ TEST_P(CudaHybridEngineTest, TruncateRestoresSnapshotsAndReplays) {
   EXPECT_EQ(gpu.position(), 50);
 }
 
+// save_state() copies the bf16 KV rows, the DeltaNet states and the rollback snapshots to the host;
+// restore_state() puts them back: decoding goes on bit-for-bit, and a rollback within the restored
+// sequence still lands on its snapshot (nothing replayed).
+TEST_P(CudaHybridEngineTest, SavedSequenceRestoresBitForBitWithItsSnapshots) {
+  const auto ids = ids_below(V(), 40, 8);
+  cuda::CudaHybridEngine gpu(model_, exact_options(128));
+  gpu.prefill(std::span(ids).first(16));
+  gpu.prefill(std::span(ids).subspan(16, 8));
+  for (size_t i = 24; i < 28; ++i) gpu.decode(ids[i]);
+  const std::unique_ptr<EngineState> saved = gpu.save_state();
+  ASSERT_NE(saved, nullptr);
+  EXPECT_EQ(saved->position(), 28);
+  std::vector<std::vector<float>> first;
+  for (size_t i = 28; i < 36; ++i) {
+    auto l = gpu.decode(ids[i]);
+    first.emplace_back(l.begin(), l.end());
+  }
+  gpu.truncate(0);
+  gpu.prefill(ids_below(V(), 30, 9));
+  gpu.restore_state(*saved);
+  EXPECT_EQ(gpu.position(), 28);
+  EXPECT_EQ(gpu.snapshot_positions(), std::vector<int>({16, 24}));
+  for (size_t i = 28; i < 36; ++i) {
+    auto l = gpu.decode(ids[i]);
+    ASSERT_EQ(std::vector<float>(l.begin(), l.end()), first[i - 28]) << "position " << i;
+  }
+  // Back to the end of the second prefill: its snapshot came back with the state.
+  const int64_t replayed = gpu.replayed_tokens();
+  gpu.restore_state(*saved);
+  gpu.truncate(24);
+  EXPECT_EQ(gpu.replayed_tokens(), replayed);
+  CpuHybridEngine cpu(model_, {.context = 128, .threads = 0, .bf16_kv_cache = true});
+  std::vector<float> want;
+  cpu.prefill_all_logits(std::span(ids).first(30), want);
+  for (size_t i = 24; i < 30; ++i)
+    EXPECT_LE(relative_max_error(gpu.decode(ids[i]), row(want, i, V())), kSameCacheTolerance) << "position " << i;
+}
+
 // A bad id or a context overflow fails naming the problem and leaves the engine where it was.
 TEST_P(CudaHybridEngineTest, BadInputLeavesTheEngineUsable) {
   const auto ids = ids_below(V(), 12, 5);

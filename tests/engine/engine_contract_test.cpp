@@ -174,6 +174,124 @@ TEST_P(EngineContract, ThreadCountDoesNotChangeLogits) {
   }
 }
 
+// The logits of decoding ids_[from ..] on `e`, one row after another.
+std::vector<float> decode_rest(Engine& e, std::span<const int32_t> ids, size_t from) {
+  std::vector<float> out;
+  for (size_t pos = from; pos < ids.size(); ++pos) {
+    auto l = e.decode(ids[pos]);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+// save_state() then anything else, then restore_state(): decoding goes on bit-identically to an
+// engine that never left the sequence (the same computations on the same cache contents).
+TEST_P(EngineContract, RestoredSequenceDecodesAsIfNeverLeft) {
+  auto straight = engine();
+  straight->prefill(std::span(ids_).first(20));
+  straight->prefill(std::span(ids_).subspan(20, 20));
+  const std::vector<float> expected = decode_rest(*straight, ids_, 40);
+
+  auto e = engine();
+  e->prefill(std::span(ids_).first(20));
+  e->prefill(std::span(ids_).subspan(20, 20));
+  std::unique_ptr<EngineState> saved = e->save_state();
+  ASSERT_NE(saved, nullptr);
+  EXPECT_EQ(saved->position(), 40);
+  EXPECT_GE(saved->bytes(), 40 * e->kv_bytes_per_token());
+  // Another sequence overwrites the cache (and, on the hybrid engine, the states and snapshots).
+  std::vector<int32_t> other(ids_.rbegin(), ids_.rbegin() + 50);
+  e->truncate(0);
+  e->prefill(other);
+  e->decode(ids_[3]);
+  e->restore_state(*saved);
+  EXPECT_EQ(e->position(), 40);
+  const std::vector<float> actual = decode_rest(*e, ids_, 40);
+  ASSERT_EQ(actual.size(), expected.size());
+  EXPECT_EQ(std::memcmp(actual.data(), expected.data(), actual.size() * sizeof(float)), 0);
+
+  // The state is unchanged by the restore: it restores again, into another engine too.
+  auto fresh = engine();
+  fresh->restore_state(*saved);
+  const std::vector<float> again = decode_rest(*fresh, ids_, 40);
+  EXPECT_EQ(std::memcmp(again.data(), expected.data(), again.size() * sizeof(float)), 0);
+}
+
+// A restored sequence truncates like the original: back to the end of its first prefill call (where
+// the hybrid engine kept a snapshot) and to a point between (replayed), then decodes as a straight run.
+TEST_P(EngineContract, RestoredSequenceTruncatesLikeTheOriginal) {
+  for (int cut : {20, 13}) {
+    auto straight = engine();
+    straight->prefill(std::span(ids_).first(size_t(cut)));
+    const std::vector<float> expected = decode_rest(*straight, std::span(ids_).first(60), size_t(cut));
+
+    auto e = engine();
+    e->prefill(std::span(ids_).first(20));
+    e->prefill(std::span(ids_).subspan(20, 20));
+    std::unique_ptr<EngineState> saved = e->save_state();
+    e->truncate(0);
+    e->prefill(std::span(ids_).subspan(7, 30));
+    e->restore_state(*saved);
+    e->truncate(cut);
+    const std::vector<float> actual = decode_rest(*e, std::span(ids_).first(60), size_t(cut));
+    ASSERT_EQ(actual.size(), expected.size());
+    EXPECT_LE(relative_max_error(actual, expected), kLogitTolerance) << "cut at " << cut;
+  }
+}
+
+// An empty cache saves and restores too (position 0).
+TEST_P(EngineContract, EmptyCacheSavesAndRestores) {
+  auto e = engine();
+  std::unique_ptr<EngineState> empty = e->save_state();
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->position(), 0);
+  e->prefill(std::span(ids_).first(10));
+  e->restore_state(*empty);
+  EXPECT_EQ(e->position(), 0);
+  const std::vector<float> from_empty = test::prefill_logits(*e, ids_);
+  EXPECT_LE(relative_max_error(from_empty, whole_prefill()), kLogitTolerance);
+}
+
+// A state from another kind of engine, another model or a longer sequence than the context is refused
+// by name, and the engine goes on with its own sequence.
+TEST_P(EngineContract, ForeignStatesAreRefused) {
+  struct OtherKind final : EngineState {
+    explicit OtherKind(const Model* m) : EngineState(m, 1) {}
+    uint64_t bytes() const override { return 0; }
+  };
+  auto big = engine();
+  big->prefill(std::span(ids_).first(40));
+  std::unique_ptr<EngineState> long_state = big->save_state();
+
+  auto e = engine(2, 32);
+  e->prefill(std::span(ids_).first(5));
+  auto expect_refused = [&](const EngineState& state, const std::string& words) {
+    try {
+      e->restore_state(state);
+      ADD_FAILURE() << "restored a state that should be refused (" << words << ")";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(words), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(e->position(), 5);
+  };
+  expect_refused(OtherKind(w_.model.get()), "another kind of engine");
+  expect_refused(*long_state, "the context holds 32");
+  const std::string other_case = GetParam().starts_with("hf/") ? "hf_qwen35/fllf_text_bf16" : "hf/gqa2_bf16";
+  const test::EngineWorkload other = test::load_engine_workload(test::fixtures_dir() / other_case);
+  auto other_engine = create_engine(other.model, {.device = "cpu", .context = 32, .threads = 2, .quiet = true});
+  other_engine->prefill(std::span(other.ids).first(3));
+  expect_refused(*other_engine->save_state(), "");  // another kind (Qwen3 vs Qwen3.5) or another model
+  // The same weights loaded again are another Model: a state is tied to the model it was made with.
+  const test::EngineWorkload twin = test::load_engine_workload(test::fixtures_dir() / GetParam());
+  auto twin_engine = create_engine(twin.model, {.device = "cpu", .context = 32, .threads = 2, .quiet = true});
+  twin_engine->prefill(std::span(ids_).first(3));
+  expect_refused(*twin_engine->save_state(), "another model");
+  // Still usable: its own sequence goes on.
+  auto straight = engine(2, 32);
+  straight->prefill(std::span(ids_).first(5));
+  EXPECT_LE(relative_max_error(e->decode(ids_[5]), straight->decode(ids_[5])), kLogitTolerance);
+}
+
 // "hf/gqa2_bf16" -> "hf_gqa2_bf16" (test names take letters, digits and '_').
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = info.param;

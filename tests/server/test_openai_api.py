@@ -590,3 +590,53 @@ def test_hostile_bodies_are_refused_and_the_server_stays_up(server):
         status, _ = raw(server, "POST", "/v1/chat/completions", junk)
         assert status == 400, junk
     assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_prompt_cache_lets_conversations_take_turns(tiny_model):
+    """Two clients take turns: each one's second turn gets its conversation back from the prompt
+    cache (--cache-ram) instead of prefilling it again, and replies exactly as a server that never saw
+    the other client (same reuse, so the same computation)."""
+    a = [{"role": "user", "content": "Tell me the long history of Paris, from the Romans onwards. " * 6}]
+    b = [{"role": "user", "content": "Explain how suspension bridges carry their loads to the ground. " * 6}]
+
+    def second_turn(history, reply):
+        return history + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And of Rome?"}]
+
+    def ask(c, messages):
+        return c.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, temperature=0)
+
+    s = ServerProcess(tiny_model, "--ctx", "1024")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", timeout=60, max_retries=0)
+        ra = ask(c, a)
+        rb = ask(c, b)
+        assert rb.usage.prompt_tokens_details.cached_tokens < 10  # only the template's opening is shared
+        ra2 = ask(c, second_turn(a, ra.choices[0].message.content))
+        assert ra2.usage.prompt_tokens_details.cached_tokens >= ra.usage.prompt_tokens - 1
+        rb2 = ask(c, second_turn(b, rb.choices[0].message.content))
+        assert rb2.usage.prompt_tokens_details.cached_tokens >= rb.usage.prompt_tokens - 1
+        text = raw(s, "GET", "/metrics", key=None)[1]
+        assert metric(text, "megaqwen_prompt_cache_restores_total") == 2
+        assert metric(text, "megaqwen_prompt_cache_saves_total") == 3  # A, B, then A's longer sequence
+        # A's first entry is superseded only if its generated tokens re-tokenize to themselves.
+        assert metric(text, "megaqwen_prompt_cache_entries") in (2, 3)
+        assert metric(text, "megaqwen_prompt_cache_bytes") > 0
+        assert metric(text, "megaqwen_prompt_cache_restored_tokens_total") == (
+            ra2.usage.prompt_tokens_details.cached_tokens + rb2.usage.prompt_tokens_details.cached_tokens)
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+    alone = ServerProcess(tiny_model, "--ctx", "1024", "--cache-ram", "0")
+    try:
+        c = openai.OpenAI(base_url=alone.url + "/v1", api_key="none", timeout=60, max_retries=0)
+        for first, second in ((a, ra2), (b, rb2)):
+            r1 = ask(c, first)
+            r2 = ask(c, second_turn(first, r1.choices[0].message.content))
+            assert r2.choices[0].message.content == second.choices[0].message.content
+            assert r2.usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens_details.cached_tokens
+        # Without the cache, the other client's turn costs the whole conversation.
+        ra2_again = ask(c, second_turn(a, ra.choices[0].message.content))
+        assert ra2_again.usage.prompt_tokens_details.cached_tokens < 10
+        assert metric(raw(alone, "GET", "/metrics", key=None)[1], "megaqwen_prompt_cache_saves_total") == 0
+    finally:
+        assert alone.stop() == 0, "".join(alone.log)

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/device_cache_copy.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/cuda/prefill_logits.h"
@@ -255,6 +256,32 @@ void CudaEngine::fill_cache_with_noise(int n) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   position_ = n;
+}
+
+namespace {
+
+struct CudaKvState final : EngineState {
+  CudaKvState(const Model* model, int position) : EngineState(model, position) {}
+  uint64_t bytes() const override { return (k.size() + v.size()) * sizeof(uint16_t); }
+  std::vector<uint16_t> k, v;  // bf16 [layers, position, kv_dim]
+};
+
+}  // namespace
+
+std::unique_ptr<EngineState> CudaEngine::save_state() {
+  const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
+  auto state = std::make_unique<CudaKvState>(model_.get(), position_);
+  state->k = download_cache_rows(k_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
+  state->v = download_cache_rows(v_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
+  return state;
+}
+
+void CudaEngine::restore_state(const EngineState& saved) {
+  const auto& state = restorable_state<CudaKvState>(saved, model_.get());
+  const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
+  upload_cache_rows(state.k, k_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
+  upload_cache_rows(state.v, v_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
+  position_ = state.position();
 }
 
 uint64_t CudaEngine::kv_bytes_per_token() const {

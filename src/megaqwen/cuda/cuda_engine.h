@@ -63,6 +63,8 @@ class CudaEngine final : public Engine {
   void truncate(int n) override;
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
+  std::unique_ptr<EngineState> save_state() override;
+  void restore_state(const EngineState& state) override;
 
   std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                              int logprobs) override;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "megaqwen/cuda/cuda_check.h"
+#include "megaqwen/cuda/device_cache_copy.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/cuda/prefill_logits.h"
@@ -447,6 +448,59 @@ void CudaHybridEngine::truncate(int n) {
         forward_prefill(ids, nullptr);
         remember_states();
       });
+}
+
+// --- Saving and restoring a sequence (engine_state.h): the device caches and states on the host ------
+
+namespace {
+
+struct HostStates {
+  std::vector<float> recurrent, conv;
+};
+
+struct CudaHybridState final : EngineState {
+  CudaHybridState(const Model* model, int position) : EngineState(model, position) {}
+  uint64_t bytes() const override {
+    auto floats = [](const HostStates& s) { return s.recurrent.size() + s.conv.size(); };
+    uint64_t n = floats(now) * sizeof(float) + (k.size() + v.size()) * sizeof(uint16_t);
+    for (const auto& [position, s] : rollback.snapshots) n += floats(s) * sizeof(float);
+    return n + rollback.tokens.size() * sizeof(int32_t);
+  }
+  std::vector<uint16_t> k, v;  // bf16 [full layers, position, kv_dim]
+  HostStates now;              // the DeltaNet states at position()
+  SavedRollback<HostStates> rollback;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineState> CudaHybridEngine::save_state() {
+  const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
+  const size_t kv = size_t(model_->config.kv_dim());
+  auto state = std::make_unique<CudaHybridState>(model_.get(), position_);
+  state->k = download_cache_rows(k_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
+  state->v = download_cache_rows(v_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
+  state->now = HostStates{download(recurrent_, stream_), download(conv_state_, stream_)};
+  state->rollback = rollback_.save<HostStates>(position_, [this](const DeviceStates& s) {
+    return HostStates{download(s.recurrent, stream_), download(s.conv, stream_)};
+  });
+  return state;
+}
+
+void CudaHybridEngine::restore_state(const EngineState& saved) {
+  const auto& state = restorable_state<CudaHybridState>(saved, model_.get());
+  const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
+  const size_t kv = size_t(model_->config.kv_dim());
+  upload_cache_rows(state.k, k_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
+  upload_cache_rows(state.v, v_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
+  upload(state.now.recurrent, recurrent_, stream_);
+  upload(state.now.conv, conv_state_, stream_);
+  rollback_.load<HostStates>(state.rollback, [this](const HostStates& s) {
+    DeviceStates d{DeviceBuffer<float>(s.recurrent.size()), DeviceBuffer<float>(s.conv.size())};
+    upload(s.recurrent, d.recurrent, stream_);
+    upload(s.conv, d.conv, stream_);
+    return d;
+  });
+  position_ = state.position();
 }
 
 void CudaHybridEngine::fill_cache_with_noise(int n) {

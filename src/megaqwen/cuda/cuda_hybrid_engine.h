@@ -57,6 +57,8 @@ class CudaHybridEngine final : public Engine {
   void truncate(int n) override;
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
+  std::unique_ptr<EngineState> save_state() override;
+  void restore_state(const EngineState& state) override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.bytes() + conv_state_.bytes()); }
   std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                              int logprobs) override;

@@ -70,6 +70,32 @@ void CpuEngine::fill_cache_with_noise(int n) {
   position_ = n;
 }
 
+namespace {
+
+struct CpuKvState final : EngineState {
+  CpuKvState(const Model* model, int position) : EngineState(model, position) {}
+  uint64_t bytes() const override { return (k.size() + v.size()) * sizeof(float); }
+  std::vector<float> k, v;  // [layers, position, kv_dim]
+};
+
+}  // namespace
+
+std::unique_ptr<EngineState> CpuEngine::save_state() {
+  const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
+  auto state = std::make_unique<CpuKvState>(model_.get(), position_);
+  state->k = pack_cache_rows(k_cache_, layers, size_t(context_), kv, size_t(position_));
+  state->v = pack_cache_rows(v_cache_, layers, size_t(context_), kv, size_t(position_));
+  return state;
+}
+
+void CpuEngine::restore_state(const EngineState& saved) {
+  const auto& state = restorable_state<CpuKvState>(saved, model_.get());
+  const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
+  unpack_cache_rows(state.k, layers, size_t(context_), kv, size_t(state.position()), k_cache_);
+  unpack_cache_rows(state.v, layers, size_t(context_), kv, size_t(state.position()), v_cache_);
+  position_ = state.position();
+}
+
 uint64_t CpuEngine::kv_bytes_per_token() const {
   return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * sizeof(float);
 }

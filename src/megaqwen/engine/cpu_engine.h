@@ -35,6 +35,8 @@ class CpuEngine final : public Engine {
   void truncate(int n) override;
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
+  std::unique_ptr<EngineState> save_state() override;
+  void restore_state(const EngineState& state) override;
 
  private:
   // Runs `tokens` at positions position_.. and advances position_. Writes logits for every token to

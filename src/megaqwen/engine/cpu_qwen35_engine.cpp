@@ -112,6 +112,49 @@ void CpuHybridEngine::truncate(int n) {
       });
 }
 
+// --- Saving and restoring a sequence (engine_state.h) -----------------------------------------------
+
+namespace {
+
+struct CpuHybridState final : EngineState {
+  using States = CpuHybridEngine::States;
+  CpuHybridState(const Model* model, int position) : EngineState(model, position) {}
+  uint64_t bytes() const override {
+    auto floats = [](const States& s) { return s.recurrent.size() + s.conv.size(); };
+    uint64_t n = k.size() + v.size() + floats(now);
+    for (const auto& [position, s] : rollback.snapshots) n += floats(s);
+    return n * sizeof(float) + rollback.tokens.size() * sizeof(int32_t);
+  }
+  std::vector<float> k, v;  // [full layers, position, kv_dim]
+  States now;               // the DeltaNet states at position()
+  SavedRollback<States> rollback;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineState> CpuHybridEngine::save_state() {
+  const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
+  const size_t kv = size_t(model_->config.kv_dim());
+  auto state = std::make_unique<CpuHybridState>(model_.get(), position_);
+  state->k = pack_cache_rows(k_cache_, layers, size_t(context_), kv, size_t(position_));
+  state->v = pack_cache_rows(v_cache_, layers, size_t(context_), kv, size_t(position_));
+  state->now = States{recurrent_, conv_state_};
+  state->rollback = rollback_.save<States>(position_, [](const States& s) { return s; });
+  return state;
+}
+
+void CpuHybridEngine::restore_state(const EngineState& saved) {
+  const auto& state = restorable_state<CpuHybridState>(saved, model_.get());
+  const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
+  const size_t kv = size_t(model_->config.kv_dim());
+  unpack_cache_rows(state.k, layers, size_t(context_), kv, size_t(state.position()), k_cache_);
+  unpack_cache_rows(state.v, layers, size_t(context_), kv, size_t(state.position()), v_cache_);
+  recurrent_ = state.now.recurrent;
+  conv_state_ = state.now.conv;
+  rollback_.load<States>(state.rollback, [](const States& s) { return s; });
+  position_ = state.position();
+}
+
 void CpuHybridEngine::fill_cache_with_noise(int n) {
   if (n < 0 || n > context_) fail("cannot fill the cache to {} tokens: the context holds {}", n, context_);
   const size_t kv = size_t(model_->config.kv_dim());

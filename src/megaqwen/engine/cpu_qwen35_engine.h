@@ -43,6 +43,8 @@ class CpuHybridEngine final : public Engine {
   void truncate(int n) override;
   void fill_cache_with_noise(int n) override;
   uint64_t kv_bytes_per_token() const override;
+  std::unique_ptr<EngineState> save_state() override;
+  void restore_state(const EngineState& state) override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.size() + conv_state_.size()) * sizeof(float); }
 
   // Positions with a stored snapshot of the DeltaNet states, ascending (for tests and stats).

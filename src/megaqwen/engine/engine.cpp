@@ -13,4 +13,15 @@ void Engine::check_new_tokens(std::span<const int32_t> tokens) const {
          context_size());
 }
 
+void Engine::restore_state(const EngineState&) {
+  fail("this engine ({}) cannot restore a saved sequence", device_name());
+}
+
+void Engine::check_restorable(const EngineState& state, const Model* model, bool same_kind) const {
+  if (!same_kind) fail("cannot restore a saved sequence made by another kind of engine than {}", device_name());
+  if (state.model() != model) fail("cannot restore a saved sequence made with another model");
+  if (state.position() < 0 || state.position() > context_size())
+    fail("cannot restore a saved sequence of {} tokens: the context holds {}", state.position(), context_size());
+}
+
 }  // namespace megaqwen

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "megaqwen/engine/engine_state.h"
 #include "megaqwen/model/config.h"
 #include "megaqwen/sampling/logprobs.h"
 #include "megaqwen/sampling/sampler.h"
@@ -58,6 +60,14 @@ class Engine {
   // states and conv windows), whatever the position; 0 for a pure KV cache.
   virtual uint64_t state_bytes_per_step() const { return 0; }
 
+  // Optional: a host-memory copy of the sequence in the cache (engine_state.h), for the server's
+  // prompt cache; nullptr where this engine cannot make one. The cache is left as it was.
+  virtual std::unique_ptr<EngineState> save_state() { return nullptr; }
+  // Puts a saved sequence back: position() becomes state.position() and the cache holds what it held
+  // then, so decoding goes on exactly as it would have. Throws Error, leaving the engine unchanged, for
+  // a state of another kind of engine or another model, or one longer than the context.
+  virtual void restore_state(const EngineState& state);
+
   // Optional: sampling where the logits are (the CUDA engine), so only the token id crosses to the
   // host. sample_on_device() draws from the logits of the latest prefill / decode / decode_only with
   // `params`; `history` holds the tokens the penalties look at (prompt and generated, as for Sampler),
@@ -98,6 +108,16 @@ class Engine {
   // For implementations, before appending `tokens`: every id within the vocabulary and room for all
   // of them in the cache; throws Error naming the problem, leaving the engine unchanged.
   void check_new_tokens(std::span<const int32_t> tokens) const;
+  // For restore_state(): `state` as this engine's own kind S, made from `model` and no longer than
+  // the context; throws Error naming the mismatch otherwise.
+  template <class S>
+  const S& restorable_state(const EngineState& state, const Model* model) const {
+    check_restorable(state, model, dynamic_cast<const S*>(&state) != nullptr);
+    return static_cast<const S&>(state);
+  }
+
+ private:
+  void check_restorable(const EngineState& state, const Model* model, bool same_kind) const;
 };
 
 }  // namespace megaqwen

@@ -45,6 +45,20 @@ void Generator::reset() {
   cached_.clear();
 }
 
+std::optional<SavedSequence> Generator::save() {
+  if (cached_.empty() || int(cached_.size()) != engine_.position()) return std::nullopt;
+  std::shared_ptr<const EngineState> state = engine_.save_state();
+  if (!state) return std::nullopt;
+  return SavedSequence{cached_, std::move(state)};
+}
+
+void Generator::restore(const SavedSequence& saved) {
+  if (!saved.state || saved.state->position() != int(saved.tokens.size()))
+    fail("a saved sequence of {} tokens has no matching cache copy", saved.tokens.size());
+  engine_.restore_state(*saved.state);
+  cached_ = saved.tokens;
+}
+
 // Prefills `tokens` (the cache is empty), scoring each token by the logits of the position before
 // it; returns the last position's logits (those that predict the first new token).
 std::vector<float> Generator::prefill_scoring(std::span<const int32_t> tokens, int top,

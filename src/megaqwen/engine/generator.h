@@ -63,6 +63,12 @@ using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
 // TokenCallback.
 using LogprobCallback = std::function<void(const TokenLogprob&, bool of_prompt)>;
 
+// A sequence set aside (PromptCache): its tokens and the engine's host copy of the cache that held them.
+struct SavedSequence {
+  std::vector<int32_t> tokens;
+  std::shared_ptr<const EngineState> state;
+};
+
 class Generator {
  public:
   explicit Generator(Engine& engine) : engine_(engine) {}
@@ -74,6 +80,11 @@ class Generator {
   // The tokens the engine's KV cache holds now, in order.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
   void reset();  // empties the cache
+  // The sequence in the cache now, copied to host memory (Engine::save_state); nullopt when the
+  // engine cannot copy its cache or the cache holds nothing.
+  std::optional<SavedSequence> save();
+  // The cache holds `saved` again, as if its tokens had just been prefilled.
+  void restore(const SavedSequence& saved);
   Engine& engine() { return engine_; }
   const Engine& engine() const { return engine_; }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "megaqwen/util/error.h"
@@ -21,6 +22,13 @@ namespace megaqwen {
 // Snapshots kept per sequence (~20 MiB each at Qwen3.5-0.8B's shapes); engines count them in their
 // memory plans.
 constexpr size_t kMaxStateSnapshots = 8;
+
+// A rollback's token ids and snapshots as an engine's save_state() keeps them (RecurrentRollback::save).
+template <class Saved>
+struct SavedRollback {
+  std::vector<int32_t> tokens;
+  std::vector<std::pair<int, Saved>> snapshots;
+};
 
 template <class State>
 class RecurrentRollback {
@@ -66,6 +74,23 @@ class RecurrentRollback {
     const std::vector<int32_t> ids(tokens_.begin() + start, tokens_.begin() + n);
     replayed_ += n - start;
     replay(start, ids);
+  }
+
+  // What an engine's save_state() keeps of the rollback: the ids at 0..position and the snapshots,
+  // each converted by `copy` (device states to host ones). load() puts them back, converted by
+  // `copy_back`, so after restoring a saved sequence a rollback within it still lands on a snapshot.
+  template <class Saved>
+  SavedRollback<Saved> save(int position, const std::function<Saved(const State&)>& copy) const {
+    SavedRollback<Saved> out{std::vector<int32_t>(tokens_.begin(), tokens_.begin() + position), {}};
+    for (const Snapshot& s : snapshots_)
+      if (s.position <= position) out.snapshots.emplace_back(s.position, copy(s.state));
+    return out;
+  }
+  template <class Saved>
+  void load(const SavedRollback<Saved>& saved, const std::function<State(const Saved&)>& copy_back) {
+    forget_all();
+    record(0, saved.tokens);
+    for (const auto& [position, state] : saved.snapshots) snapshots_.push_back(Snapshot{position, copy_back(state)});
   }
 
   // Positions with a stored snapshot, ascending (tests and stats).

@@ -253,7 +253,8 @@ struct HttpServer::Impl {
 
   Impl(ServedModel s, Engine& engine, ServerOptions o)
       : served(std::move(s)), options(std::move(o)),
-        scheduler(engine, options.max_queued, [this](const GenerationJob& job) { record(job); }) {
+        scheduler(engine, options.max_queued, [this](const GenerationJob& job) { record(job); },
+                  options.prompt_cache) {
     configure();
   }
 
@@ -302,7 +303,7 @@ struct HttpServer::Impl {
       send_json(res, 200, {{"status", "ok"}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(scheduler.queued(), scheduler.running()), "text/plain; version=0.0.4");
+      res.set_content(metrics.render(scheduler.queued(), scheduler.running(), scheduler.prompt_cache_stats()), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created, served.limits.context_size)); });

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/engine/prompt_cache.h"
 #include "megaqwen/server/served_model.h"
 
 namespace megaqwen::server {
@@ -27,6 +28,7 @@ struct ServerOptions {
   size_t max_queued = 64;               // waiting requests beyond this get 503
   int timeout_seconds = 600;            // a request's whole life, queueing included
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
+  PromptCacheOptions prompt_cache;      // conversations set aside between requests (--cache-ram)
 };
 
 class HttpServer {

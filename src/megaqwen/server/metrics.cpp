@@ -30,7 +30,7 @@ void Metrics::record_generation(const Generation& g) {
   }
 }
 
-std::string Metrics::render(size_t queue_depth, size_t running) const {
+std::string Metrics::render(size_t queue_depth, size_t running, const PromptCacheStats& prompt_cache) const {
   std::lock_guard lock(mutex_);
   std::string out;
   auto family = [&](const char* name, const char* type, const char* help) {
@@ -57,6 +57,20 @@ std::string Metrics::render(size_t queue_depth, size_t running) const {
   out += fmt::format("megaqwen_queue_depth {}\n", queue_depth);
   family("megaqwen_requests_running", "gauge", "Requests being generated (0 or 1: one sequence at a time).");
   out += fmt::format("megaqwen_requests_running {}\n", running);
+  family("megaqwen_prompt_cache_entries", "gauge", "Conversations set aside in the prompt cache (--cache-ram).");
+  out += fmt::format("megaqwen_prompt_cache_entries {}\n", prompt_cache.entries);
+  family("megaqwen_prompt_cache_bytes", "gauge", "Host memory held by the prompt cache.");
+  out += fmt::format("megaqwen_prompt_cache_bytes {}\n", prompt_cache.bytes);
+  family("megaqwen_prompt_cache_saves_total", "counter", "Sequences copied out of the engine into the prompt cache.");
+  out += fmt::format("megaqwen_prompt_cache_saves_total {}\n", prompt_cache.saves);
+  family("megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the prompt cache.");
+  out += fmt::format("megaqwen_prompt_cache_restores_total {}\n", prompt_cache.restores);
+  family("megaqwen_prompt_cache_restored_tokens_total", "counter", "Prompt tokens the restored sequences provided.");
+  out += fmt::format("megaqwen_prompt_cache_restored_tokens_total {}\n", prompt_cache.restored_tokens);
+  family("megaqwen_prompt_cache_evictions_total", "counter", "Sequences dropped to stay within the budget.");
+  out += fmt::format("megaqwen_prompt_cache_evictions_total {}\n", prompt_cache.evictions);
+  family("megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because the host had too little memory.");
+  out += fmt::format("megaqwen_prompt_cache_skipped_total {}\n", prompt_cache.skipped_for_memory);
   family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
   long long cumulative = 0;
   for (size_t i = 0; i < kTtftBuckets.size(); ++i) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "megaqwen/engine/prompt_cache.h"
+
 namespace megaqwen::server {
 
 class Metrics {
@@ -27,7 +29,7 @@ class Metrics {
   void record_generation(const Generation& g);
 
   // The exposition text; queue depth and running requests are read by the caller at scrape time.
-  std::string render(size_t queue_depth, size_t running) const;
+  std::string render(size_t queue_depth, size_t running, const PromptCacheStats& prompt_cache = {}) const;
 
  private:
   mutable std::mutex mutex_;

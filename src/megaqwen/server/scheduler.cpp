@@ -4,8 +4,9 @@
 
 namespace megaqwen::server {
 
-Scheduler::Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done)
-    : generator_(engine), max_queued_(max_queued), on_done_(std::move(on_done)) {
+Scheduler::Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done,
+                     PromptCacheOptions prompt_cache)
+    : generator_(engine), prompt_cache_(prompt_cache), max_queued_(max_queued), on_done_(std::move(on_done)) {
   worker_ = std::thread([this] { work(); });
 }
 
@@ -56,6 +57,7 @@ void Scheduler::work() {
     }
     if (job->start()) {
       try {
+        prompt_cache_.prepare(generator_, job->request());
         GenerationResult result = generator_.run(
             job->request(), [&](int32_t token, std::string_view text) { return job->on_token(token, text); },
             [&](const TokenLogprob& logprob, bool of_prompt) { job->on_logprob(logprob, of_prompt); });
@@ -63,6 +65,7 @@ void Scheduler::work() {
       } catch (const std::exception& e) {
         // The cache may hold a half-prefilled prompt: start the next request from scratch.
         generator_.reset();
+        prompt_cache_.forget_resident();
         job->fail(e.what());
       }
       if (on_done_) on_done_(*job);

@@ -1,6 +1,7 @@
 // Scheduler: the engine runs one sequence at a time, so requests wait in a bounded FIFO queue and a
 // single worker thread, which owns the engine's Generator, runs them in arrival order. Keeping one
-// Generator means a prompt that extends the previous request's prompt only prefills the new part.
+// Generator means a prompt that extends the previous request's prompt only prefills the new part; the
+// prompt cache keeps other conversations' sequences so they can take turns.
 #pragma once
 
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/prompt_cache.h"
 #include "megaqwen/server/generation_job.h"
 
 namespace megaqwen::server {
@@ -18,7 +20,9 @@ namespace megaqwen::server {
 class Scheduler {
  public:
   // on_done runs on the worker after each job that ran (metrics).
-  Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done = {});
+  // prompt_cache: conversations set aside between requests (prompt_cache.h; budget 0 turns it off).
+  Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done = {},
+            PromptCacheOptions prompt_cache = {});
   ~Scheduler();  // stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -27,6 +31,7 @@ class Scheduler {
   bool submit(std::shared_ptr<GenerationJob> job);
   size_t queued() const;
   size_t running() const;
+  PromptCacheStats prompt_cache_stats() const { return prompt_cache_.stats(); }
   // Cancels every job, queued or running, and joins the worker.
   void stop();
 
@@ -34,6 +39,7 @@ class Scheduler {
   void work();
 
   Generator generator_;
+  PromptCache prompt_cache_;  // used by the worker only; stats() is thread-safe
   const size_t max_queued_;
   std::function<void(const GenerationJob&)> on_done_;
   mutable std::mutex mutex_;

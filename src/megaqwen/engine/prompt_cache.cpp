@@ -1,0 +1,127 @@
+#include "megaqwen/engine/prompt_cache.h"
+
+#include <algorithm>
+#include <optional>
+#include <span>
+
+#include "megaqwen/util/error.h"
+#include "megaqwen/util/host_memory.h"
+
+namespace megaqwen {
+
+namespace {
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// Memory left to the rest of the machine after a save; a save that would cut into it is skipped.
+constexpr uint64_t kHostReserveBytes = uint64_t(1) << 30;
+
+}  // namespace
+
+PromptCache::PromptCache(PromptCacheOptions options) : options_(options) {
+  if (options_.min_tokens < 1) fail("the prompt cache's min_tokens must be >= 1, got {}", options_.min_tokens);
+}
+
+int PromptCache::prepare(Generator& generator, const GenerationRequest& request) {
+  const std::vector<int32_t>& prompt = request.prompt;
+  const size_t min_tokens = size_t(options_.min_tokens);
+  int restored = 0;
+  if (options_.budget_bytes > 0) {
+    // What Generator::run may reuse: never the prompt's last token; nothing when it scores the prompt.
+    const size_t usable = request.prompt_logprobs || prompt.empty() ? 0 : prompt.size() - 1;
+    const std::vector<int32_t>& resident = generator.cached_tokens();
+    const size_t shared = common_prefix(resident, prompt);
+    const size_t kept = std::min(shared, usable);
+    const bool continues = !request.prompt_logprobs && shared >= std::min(resident_prompt_tokens_, resident.size());
+
+    // The entry to restore, chosen first and made the most recently used, so that setting the
+    // resident sequence aside cannot evict it; held by copy (its state is shared, not copied).
+    std::optional<Entry> chosen;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = entries_.end();
+      size_t best_shared = 0;
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        const size_t n = std::min(common_prefix(it->sequence.tokens, prompt), usable);
+        if (n > best_shared) best = it, best_shared = n;
+      }
+      if (best != entries_.end() && best_shared >= kept + min_tokens) {
+        entries_.splice(entries_.begin(), entries_, best);
+        chosen = entries_.front();
+        restored = int(best_shared);
+      }
+    }
+    if (!continues && resident.size() >= kept + min_tokens) save_resident(generator);
+    if (chosen) {
+      generator.restore(chosen->sequence);
+      std::lock_guard lock(mutex_);
+      ++stats_.restores;
+      stats_.restored_tokens += restored;
+    }
+  }
+  resident_prompt_tokens_ = prompt.size();
+  return restored;
+}
+
+void PromptCache::save_resident(Generator& generator) {
+  const std::vector<int32_t>& resident = generator.cached_tokens();
+  {
+    std::lock_guard lock(mutex_);
+    for (const Entry& e : entries_)  // already saved (restored and not extended since): nothing to add
+      if (e.sequence.tokens.size() >= resident.size() &&
+          std::equal(resident.begin(), resident.end(), e.sequence.tokens.begin()))
+        return;
+  }
+  const Engine& engine = generator.engine();
+  const uint64_t estimate = uint64_t(resident.size()) * engine.kv_bytes_per_token() + engine.state_bytes_per_step();
+  if (estimate > options_.budget_bytes) return;
+  if (auto available = available_host_memory(); available && *available < estimate + kHostReserveBytes) {
+    std::lock_guard lock(mutex_);
+    ++stats_.skipped_for_memory;
+    return;
+  }
+  std::optional<SavedSequence> saved = generator.save();
+  if (!saved) return;
+  const uint64_t bytes = saved->state->bytes() + saved->tokens.size() * sizeof(int32_t);
+  insert(Entry{std::move(*saved), bytes});
+}
+
+void PromptCache::insert(Entry entry) {
+  std::lock_guard lock(mutex_);
+  if (entry.bytes > options_.budget_bytes) return;
+  const std::vector<int32_t>& tokens = entry.sequence.tokens;
+  entries_.remove_if([&](const Entry& e) {  // superseded: a prefix of the new sequence
+    const bool prefix = e.sequence.tokens.size() <= tokens.size() &&
+                        std::equal(e.sequence.tokens.begin(), e.sequence.tokens.end(), tokens.begin());
+    if (prefix) stats_.bytes -= e.bytes;
+    return prefix;
+  });
+  stats_.bytes += entry.bytes;
+  entries_.push_front(std::move(entry));
+  ++stats_.saves;
+  while (stats_.bytes > options_.budget_bytes && entries_.size() > 1) {
+    stats_.bytes -= entries_.back().bytes;
+    entries_.pop_back();
+    ++stats_.evictions;
+  }
+  stats_.entries = entries_.size();
+}
+
+PromptCacheStats PromptCache::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+std::vector<size_t> PromptCache::entry_sizes() const {
+  std::lock_guard lock(mutex_);
+  std::vector<size_t> out;
+  for (const Entry& e : entries_) out.push_back(e.sequence.tokens.size());
+  return out;
+}
+
+}  // namespace megaqwen

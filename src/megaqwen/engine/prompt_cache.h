@@ -1,0 +1,70 @@
+// PromptCache: sequences the engine's cache held, set aside in host memory, so that several
+// conversations can take turns on a one-sequence engine without prefilling their whole history at
+// every turn (the server's --cache-ram; llama.cpp's server keeps a prompt cache for the same reason).
+//
+// Before each request, prepare() compares the prompt with the sequence the engine holds (the
+// resident one):
+//  - a prompt that keeps all of the resident sequence's last prompt continues that conversation (the
+//    reply it generated may be re-rendered differently, e.g. without its thinking): nothing is saved;
+//  - a prompt that drops part of it is another conversation (or an edited one): the resident
+//    sequence is copied out first (Engine::save_state), since the request is about to overwrite it.
+// Then the saved sequence sharing the longest prefix with the prompt is put back
+// (Engine::restore_state) when it shares more than the resident one by at least min_tokens, and
+// Generator::run prefills only the rest. Entries are evicted least recently used first to stay within
+// the byte budget; an entry that is a prefix of a newer one is dropped (the newer one serves every
+// prompt the older one would).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <vector>
+
+#include "megaqwen/engine/generator.h"
+
+namespace megaqwen {
+
+struct PromptCacheOptions {
+  uint64_t budget_bytes = uint64_t(4) << 30;  // host memory for saved sequences; 0 turns the cache off
+  int min_tokens = 32;                        // shorter sequences, or smaller gains, are not worth a copy
+};
+
+struct PromptCacheStats {
+  size_t entries = 0;
+  uint64_t bytes = 0;
+  long long saves = 0, restores = 0, restored_tokens = 0, evictions = 0;
+  long long skipped_for_memory = 0;  // saves left out: the machine had too little memory available
+};
+
+class PromptCache {
+ public:
+  explicit PromptCache(PromptCacheOptions options = {});
+
+  // Call before generator.run(request). Returns the prompt tokens a restored sequence provides (0
+  // when none was restored). Errors from the engine's copies propagate; the generator then holds
+  // either its old sequence or the restored one, never a mix.
+  int prepare(Generator& generator, const GenerationRequest& request);
+  // After a failed request (the scheduler resets the generator): the resident sequence is gone.
+  void forget_resident() { resident_prompt_tokens_ = 0; }
+
+  PromptCacheStats stats() const;  // thread-safe (metrics scrapes)
+  // The saved sequences' token counts, most recently used first (tests).
+  std::vector<size_t> entry_sizes() const;
+
+ private:
+  struct Entry {
+    SavedSequence sequence;
+    uint64_t bytes = 0;
+  };
+
+  void save_resident(Generator& generator);
+  void insert(Entry entry);  // holds mutex_
+
+  PromptCacheOptions options_;
+  size_t resident_prompt_tokens_ = 0;  // length of the last prompt run on the engine's sequence
+  mutable std::mutex mutex_;           // guards entries_ and stats_ against scrapes
+  std::list<Entry> entries_;           // most recently used first
+  PromptCacheStats stats_;
+};
+
+}  // namespace megaqwen

@@ -1,0 +1,200 @@
+// PromptCache (src/megaqwen/engine/prompt_cache.h) over the real CPU engines: conversations taking
+// turns on one engine get their sequences back instead of prefilling them again, with exactly the
+// tokens they would have had if no other conversation had come between; continuing conversations
+// cost no copy; the budget, the minimum length and scoring requests are honoured. Parameter: a fixture
+// case (hf/: CpuEngine, hf_qwen35/: CpuHybridEngine).
+#include "megaqwen/engine/prompt_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "engine/hf_fixture.h"
+#include "megaqwen/engine/create_engine.h"
+#include "megaqwen/util/error.h"
+
+namespace megaqwen {
+namespace {
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class PromptCacheTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { w_ = test::load_engine_workload(test::fixtures_dir() / GetParam()); }
+
+  std::unique_ptr<Engine> engine() const {
+    return create_engine(w_.model, {.device = "cpu", .context = 256, .threads = 2, .quiet = true});
+  }
+  // `n` ids from a seeded stream (different seeds: different conversations).
+  std::vector<int32_t> ids(uint32_t seed, size_t n) const {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < n; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      out.push_back(int32_t((seed >> 8) % uint32_t(w_.vocab())));
+    }
+    return out;
+  }
+  static GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens = 6) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    return r;
+  }
+  // The request run through the cache: prepare, then run.
+  static GenerationResult run(PromptCache& cache, Generator& g, const GenerationRequest& r) {
+    cache.prepare(g, r);
+    return g.run(r);
+  }
+
+  test::EngineWorkload w_;
+};
+
+// A and B take turns. Each of A's and B's second turns restores its own sequence, reuses all of it,
+// and generates exactly what it generates when the other conversation never came between.
+TEST_P(PromptCacheTest, ConversationsTakingTurnsGetTheirSequencesBack) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+
+  const GenerationRequest a1 = greedy(ids(1, 30)), b1 = greedy(ids(2, 25));
+  const GenerationResult ra1 = run(cache, g, a1);
+  const GenerationResult rb1 = run(cache, g, b1);
+  EXPECT_EQ(rb1.reused_tokens, 0);
+  EXPECT_EQ(cache.stats().saves, 1);  // A, set aside when B came
+
+  const GenerationRequest a2 = greedy(concat(concat(a1.prompt, ra1.tokens), ids(3, 10)));
+  const int restored = cache.prepare(g, a2);
+  // A's cache held its prompt and every generated token but the last (never decoded).
+  EXPECT_EQ(restored, int(a1.prompt.size() + ra1.tokens.size() - 1));
+  const GenerationResult ra2 = g.run(a2);
+  EXPECT_EQ(ra2.reused_tokens, restored);
+  EXPECT_EQ(cache.stats().saves, 2);  // B, set aside when A came back
+
+  const GenerationRequest b2 = greedy(concat(concat(b1.prompt, rb1.tokens), ids(4, 12)));
+  const GenerationResult rb2 = run(cache, g, b2);
+  EXPECT_EQ(rb2.reused_tokens, int(b1.prompt.size() + rb1.tokens.size() - 1));
+
+  const PromptCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.restores, 2);
+  EXPECT_EQ(stats.restored_tokens, (long long)(ra2.reused_tokens + rb2.reused_tokens));
+  // A's entry was superseded by its longer sequence, saved when B came back (the most recent entry);
+  // B's is still there.
+  EXPECT_EQ(cache.entry_sizes(), (std::vector<size_t>{a2.prompt.size() + ra2.tokens.size() - 1,
+                                                       b1.prompt.size() + rb1.tokens.size() - 1}));
+
+  // Each conversation alone, on its own engine, without a cache.
+  for (const auto& [first, second, got] : {std::tuple(a1, a2, ra2), std::tuple(b1, b2, rb2)}) {
+    auto alone_engine = engine();
+    Generator alone(*alone_engine);
+    alone.run(first);
+    const GenerationResult expected = alone.run(second);
+    EXPECT_EQ(got.tokens, expected.tokens);
+    EXPECT_EQ(got.reused_tokens, expected.reused_tokens);
+  }
+}
+
+// A conversation that goes on keeps its whole previous prompt, whether its reply comes back as
+// generated or re-rendered (as a template that drops the thinking does): nothing is copied.
+TEST_P(PromptCacheTest, ContinuingConversationsCostNoCopy) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+  const GenerationRequest a1 = greedy(ids(1, 30), 12);
+  run(cache, g, a1);
+  const GenerationRequest a2 = greedy(concat(a1.prompt, ids(6, 9)));  // the reply re-rendered
+  const GenerationResult ra2 = run(cache, g, a2);
+  EXPECT_EQ(ra2.reused_tokens, int(a1.prompt.size()));
+  const GenerationResult ra3 = run(cache, g, greedy(concat(concat(a2.prompt, ra2.tokens), ids(5, 6))));
+  EXPECT_EQ(ra3.reused_tokens, int(a2.prompt.size() + ra2.tokens.size() - 1));
+  EXPECT_EQ(cache.stats().saves, 0);
+  EXPECT_EQ(cache.stats().restores, 0);
+}
+
+// Sequences shorter than min_tokens are not saved, nor restored for a gain below it.
+TEST_P(PromptCacheTest, ShortSequencesAreNotWorthACopy) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 40});
+  run(cache, g, greedy(ids(1, 20)));
+  run(cache, g, greedy(ids(2, 20)));
+  EXPECT_EQ(cache.stats().saves, 0);
+  run(cache, g, greedy(ids(3, 50)));
+  run(cache, g, greedy(ids(4, 50)));  // the 55-token sequence before it is saved
+  EXPECT_EQ(cache.stats().saves, 1);
+  // Only 20 of its tokens are shared with this prompt: less than min_tokens gained, not restored.
+  const std::vector<int32_t> third = ids(3, 50);
+  run(cache, g, greedy(concat(std::vector<int32_t>(third.begin(), third.begin() + 20), ids(7, 10))));
+  EXPECT_EQ(cache.stats().restores, 0);
+}
+
+// The budget holds the most recently used sequences; older ones are evicted.
+TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
+  uint64_t one_entry = 0;
+  {
+    auto e = engine();
+    Generator g(*e);
+    g.run(greedy(ids(1, 40)));
+    one_entry = g.save()->state->bytes();
+  }
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = one_entry * 5 / 2, .min_tokens = 8});  // two entries of this size
+  for (uint32_t c = 1; c <= 5; ++c) run(cache, g, greedy(ids(c, 40)));
+  const PromptCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.saves, 4);
+  EXPECT_EQ(stats.evictions, 2);
+  EXPECT_EQ(stats.entries, 2u);
+  EXPECT_LE(stats.bytes, one_entry * 5 / 2);
+  // The two kept are conversations 4 and 3: 3 comes back from the cache, 1 does not.
+  const GenerationResult r3 = run(cache, g, greedy(concat(ids(3, 40), ids(8, 4))));
+  EXPECT_GE(r3.reused_tokens, 40);
+  const GenerationResult r1 = run(cache, g, greedy(concat(ids(1, 40), ids(8, 4))));
+  EXPECT_EQ(r1.reused_tokens, 0);
+}
+
+// Scoring the prompt prefills all of it: the resident sequence is set aside, nothing is restored.
+TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+  const GenerationRequest a1 = greedy(ids(1, 30));
+  run(cache, g, a1);
+  GenerationRequest scoring = greedy(a1.prompt);
+  scoring.prompt_logprobs = true;
+  EXPECT_EQ(cache.prepare(g, scoring), 0);
+  EXPECT_EQ(cache.stats().saves, 1);
+  EXPECT_EQ(g.run(scoring).reused_tokens, 0);
+}
+
+// Budget 0: the cache does nothing at all.
+TEST_P(PromptCacheTest, ZeroBudgetTurnsTheCacheOff) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache({.budget_bytes = 0, .min_tokens = 8});
+  run(cache, g, greedy(ids(1, 30)));
+  run(cache, g, greedy(ids(2, 30)));
+  const GenerationResult back = run(cache, g, greedy(concat(ids(1, 30), ids(3, 3))));
+  EXPECT_EQ(back.reused_tokens, 0);
+  EXPECT_EQ(cache.stats().saves, 0);
+  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_THROW(PromptCache({.budget_bytes = 1, .min_tokens = 0}), Error);
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, PromptCacheTest, ::testing::Values("hf/gqa2_bf16", "hf_qwen35/fllf_text_bf16"),
+                         case_name);
+
+}  // namespace
+}  // namespace megaqwen
