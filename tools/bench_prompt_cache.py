@@ -1,4 +1,4 @@
-"""Clients taking turns on one `megaqwen serve`: what the prompt cache (--cache-ram) saves.
+"""Clients taking turns on one `megaqwen serve`: what the prompt cache (--cache-ram / --cache-vram) saves.
 
 N conversations, each opened by a long first turn (a shared system prompt plus a long user message of
 its own), then each comes back for a second turn in the same order. Without the cache every second
@@ -33,7 +33,7 @@ TOPICS = ["the history of the harbour and its trade", "the bridges over the rive
 
 def start_server(binary, model, device, ctx, cache_mib):
     proc = subprocess.Popen([binary, "serve", "--model", model, "--device", device, "--ctx", str(ctx), "--port", "0",
-                             "--cache-ram", str(cache_mib)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--cache-ram", str(cache_mib), "--cache-vram", str(cache_mib)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     port = None
     for line in proc.stdout:
@@ -111,7 +111,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     runs = [run(a.binary, a.model, a.device, a.ctx, mib, a.conversations, a.words, a.max_tokens) for mib in (4096, 0)]
-    print("| --cache-ram | turn | prompt tokens | cached tokens | time to first token (s) |")
+    print("| prompt cache MiB | turn | prompt tokens | cached tokens | time to first token (s) |")
     print("|---|---|---:|---:|---:|")
     for r in runs:
         for i, s in enumerate(r["second_turns"]):

@@ -23,6 +23,7 @@ struct ServeArgs {
   std::string model_name;
   double max_body_mib = 8;
   double cache_ram_mib = 4096;
+  double cache_vram_mib = 4096;
 };
 
 void run_serve(ServeArgs a) {
@@ -42,7 +43,8 @@ void run_serve(ServeArgs a) {
   server::ServedModel served = server::ServedModel::load(model, engine->context_size(), a.model_name);
   const std::string model_id = served.limits.id;
   a.server.max_body_bytes = size_t(a.max_body_mib * 1024 * 1024);
-  a.server.prompt_cache.budget_bytes = uint64_t(a.cache_ram_mib * 1024 * 1024);
+  a.server.prompt_cache.host_budget_bytes = uint64_t(a.cache_ram_mib * 1024 * 1024);
+  a.server.prompt_cache.device_budget_bytes = uint64_t(a.cache_vram_mib * 1024 * 1024);
 
   server::HttpServer http(std::move(served), *engine, a.server);
   const int port = http.bind();
@@ -81,7 +83,10 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.001, 1024.0));
   cmd->add_option("--cache-ram", a->cache_ram_mib,
                   "MiB of host memory for conversations set aside between requests, so clients taking turns "
-                  "do not prefill their whole history again (0: off)")
+                  "do not prefill their whole history again (CPU engines; 0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1048576.0));
+  cmd->add_option("--cache-vram", a->cache_vram_mib,
+                  "The same on the GPU: MiB of device memory for conversations set aside (CUDA engines; 0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1048576.0));
   cmd->callback([a] { run_serve(*a); });
 }

@@ -28,6 +28,7 @@
 #include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/prompt_cache.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -209,10 +210,49 @@ TEST_F(CudaEngineTest, SavedSequenceRestoresBitForBit) {
     auto o = other.decode(ids[p]);
     ASSERT_EQ(std::vector<float>(o.begin(), o.end()), first[p - 25]) << "position " << p << ", second engine";
   }
+  EXPECT_EQ(gpu.state_memory(), StateMemory::Device);
   CpuEngine cpu(model_, {.context = 128, .threads = 1});
   cpu.prefill(std::span(ids).first(3));
   EXPECT_ERROR_HAS(gpu.restore_state(*cpu.save_state()), "another kind of engine");
   EXPECT_EQ(gpu.position(), 40);
+}
+
+// The server's prompt cache on the GPU engine (device budget): two conversations take turns, and A's
+// second turn, restored on the device, draws the same greedy tokens as A's run on an engine that B
+// never touched, reusing as many tokens.
+TEST_F(CudaEngineTest, PromptCacheRestoresConversationsOnTheDevice) {
+  auto request = [](std::vector<int32_t> prompt) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = 5;
+    r.sampling.temperature = 0;
+    return r;
+  };
+  const GenerationRequest a1 = request(random_ids(40, 11)), b1 = request(random_ids(36, 12));
+  cuda::CudaEngine gpu(model_, {.context = 256});
+  Generator g(gpu);
+  PromptCache cache({.host_budget_bytes = 0, .device_budget_bytes = 64u << 20, .min_tokens = 8}, gpu.state_memory());
+  cache.prepare(g, a1);
+  const GenerationResult ra1 = g.run(a1);
+  cache.prepare(g, b1);
+  g.run(b1);
+  std::vector<int32_t> second = a1.prompt;
+  second.insert(second.end(), ra1.tokens.begin(), ra1.tokens.end());
+  for (int32_t id : random_ids(6, 13)) second.push_back(id);
+  const GenerationRequest a2 = request(second);
+  EXPECT_EQ(cache.prepare(g, a2), int(a1.prompt.size() + ra1.tokens.size() - 1));
+  const GenerationResult ra2 = g.run(a2);
+  const PromptCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.memory, StateMemory::Device);
+  EXPECT_EQ(stats.saves, 2);
+  EXPECT_EQ(stats.restores, 1);
+
+  cuda::CudaEngine alone_engine(model_, {.context = 256});
+  Generator alone(alone_engine);
+  alone.run(a1);
+  const GenerationResult expected = alone.run(a2);
+  EXPECT_EQ(ra2.tokens, expected.tokens);
+  EXPECT_EQ(ra2.reused_tokens, expected.reused_tokens);
 }
 
 TEST_F(CudaEngineTest, BadInputThrowsAndEngineStaysUsable) {

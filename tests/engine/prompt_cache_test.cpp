@@ -61,7 +61,7 @@ class PromptCacheTest : public ::testing::TestWithParam<std::string> {
 TEST_P(PromptCacheTest, ConversationsTakingTurnsGetTheirSequencesBack) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
 
   const GenerationRequest a1 = greedy(ids(1, 30)), b1 = greedy(ids(2, 25));
   const GenerationResult ra1 = run(cache, g, a1);
@@ -105,7 +105,7 @@ TEST_P(PromptCacheTest, ConversationsTakingTurnsGetTheirSequencesBack) {
 TEST_P(PromptCacheTest, ContinuingConversationsCostNoCopy) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
   const GenerationRequest a1 = greedy(ids(1, 30), 12);
   run(cache, g, a1);
   const GenerationRequest a2 = greedy(concat(a1.prompt, ids(6, 9)));  // the reply re-rendered
@@ -121,7 +121,7 @@ TEST_P(PromptCacheTest, ContinuingConversationsCostNoCopy) {
 TEST_P(PromptCacheTest, ShortSequencesAreNotWorthACopy) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 40});
+  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 40});
   run(cache, g, greedy(ids(1, 20)));
   run(cache, g, greedy(ids(2, 20)));
   EXPECT_EQ(cache.stats().saves, 0);
@@ -145,7 +145,8 @@ TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
   }
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = one_entry * 5 / 2, .min_tokens = 8});  // two entries of this size
+  // Room for two entries of this size.
+  PromptCache cache({.host_budget_bytes = one_entry * 5 / 2, .device_budget_bytes = 0, .min_tokens = 8});
   for (uint32_t c = 1; c <= 5; ++c) run(cache, g, greedy(ids(c, 40)));
   const PromptCacheStats stats = cache.stats();
   EXPECT_EQ(stats.saves, 4);
@@ -163,7 +164,7 @@ TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
 TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = 1u << 30, .min_tokens = 8});
+  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
   const GenerationRequest a1 = greedy(ids(1, 30));
   run(cache, g, a1);
   GenerationRequest scoring = greedy(a1.prompt);
@@ -177,14 +178,14 @@ TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
 TEST_P(PromptCacheTest, ZeroBudgetTurnsTheCacheOff) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache({.host_budget_bytes = 0, .device_budget_bytes = 0, .min_tokens = 8});
   run(cache, g, greedy(ids(1, 30)));
   run(cache, g, greedy(ids(2, 30)));
   const GenerationResult back = run(cache, g, greedy(concat(ids(1, 30), ids(3, 3))));
   EXPECT_EQ(back.reused_tokens, 0);
   EXPECT_EQ(cache.stats().saves, 0);
   EXPECT_EQ(cache.stats().entries, 0u);
-  EXPECT_THROW(PromptCache({.budget_bytes = 1, .min_tokens = 0}), Error);
+  EXPECT_THROW(PromptCache({.host_budget_bytes = 1, .device_budget_bytes = 0, .min_tokens = 0}), Error);
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -620,7 +620,7 @@ def test_prompt_cache_lets_conversations_take_turns(tiny_model):
         assert metric(text, "megaqwen_prompt_cache_saves_total") == 3  # A, B, then A's longer sequence
         # A's first entry is superseded only if its generated tokens re-tokenize to themselves.
         assert metric(text, "megaqwen_prompt_cache_entries") in (2, 3)
-        assert metric(text, "megaqwen_prompt_cache_bytes") > 0
+        assert metric(text, 'megaqwen_prompt_cache_bytes{memory="host"}') > 0
         assert metric(text, "megaqwen_prompt_cache_restored_tokens_total") == (
             ra2.usage.prompt_tokens_details.cached_tokens + rb2.usage.prompt_tokens_details.cached_tokens)
     finally:

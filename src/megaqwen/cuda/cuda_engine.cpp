@@ -258,31 +258,34 @@ void CudaEngine::fill_cache_with_noise(int n) {
   position_ = n;
 }
 
-namespace {
-
-struct CudaKvState final : EngineState {
-  CudaKvState(const Model* model, int position) : EngineState(model, position) {}
-  uint64_t bytes() const override { return (k.size() + v.size()) * sizeof(uint16_t); }
-  std::vector<uint16_t> k, v;  // bf16 [layers, position, kv_dim]
+// A saved sequence stays on the device: the KV rows packed to its length.
+struct CudaEngine::SavedState final : EngineState {
+  SavedState(const Model* model, int position) : EngineState(model, position) {}
+  uint64_t bytes() const override { return k.bytes() + v.bytes(); }
+  DeviceBuffer<uint16_t> k, v;  // bf16 [layers, position, kv_dim]
 };
-
-}  // namespace
 
 std::unique_ptr<EngineState> CudaEngine::save_state() {
   const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
-  auto state = std::make_unique<CudaKvState>(model_.get(), position_);
-  state->k = download_cache_rows(k_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
-  state->v = download_cache_rows(v_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
+  const size_t n = size_t(position_);
+  auto state = std::make_unique<SavedState>(model_.get(), position_);
+  state->k.resize(layers * n * kv);
+  state->v.resize(layers * n * kv);
+  copy_cache_rows(state->k.data(), n, k_cache_.data(), size_t(context_), layers, kv, n, stream_);
+  copy_cache_rows(state->v.data(), n, v_cache_.data(), size_t(context_), layers, kv, n, stream_);
   return state;
 }
 
 void CudaEngine::restore_state(const EngineState& saved) {
-  const auto& state = restorable_state<CudaKvState>(saved, model_.get());
+  const auto& state = restorable_state<SavedState>(saved, model_.get());
   const size_t layers = size_t(model_->config.num_layers), kv = size_t(model_->config.kv_dim());
-  upload_cache_rows(state.k, k_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
-  upload_cache_rows(state.v, v_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
+  const size_t n = size_t(state.position());
+  copy_cache_rows(k_cache_.data(), size_t(context_), state.k.data(), n, layers, kv, n, stream_);
+  copy_cache_rows(v_cache_.data(), size_t(context_), state.v.data(), n, layers, kv, n, stream_);
   position_ = state.position();
 }
+
+std::optional<uint64_t> CudaEngine::state_memory_available() const { return device_memory_free(); }
 
 uint64_t CudaEngine::kv_bytes_per_token() const {
   return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * 2;  // bf16

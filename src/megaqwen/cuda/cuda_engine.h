@@ -65,6 +65,8 @@ class CudaEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override;
   std::unique_ptr<EngineState> save_state() override;
   void restore_state(const EngineState& state) override;
+  StateMemory state_memory() const override { return StateMemory::Device; }
+  std::optional<uint64_t> state_memory_available() const override;
 
   std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                              int logprobs) override;
@@ -94,6 +96,7 @@ class CudaEngine final : public Engine {
   const float* device_logits() const { return logits_.data(); }
 
  private:
+  struct SavedState;  // save_state()'s copy, on the device
   void forward_prefill(std::span<const int32_t> tokens, float* all_logits);
   void enqueue_decode_step();
   void run_decode_step(int32_t token);

@@ -450,58 +450,56 @@ void CudaHybridEngine::truncate(int n) {
       });
 }
 
-// --- Saving and restoring a sequence (engine_state.h): the device caches and states on the host ------
+// --- Saving and restoring a sequence (engine_state.h): copies that stay on the device -------------
 
-namespace {
-
-struct HostStates {
-  std::vector<float> recurrent, conv;
-};
-
-struct CudaHybridState final : EngineState {
-  CudaHybridState(const Model* model, int position) : EngineState(model, position) {}
+struct CudaHybridEngine::SavedState final : EngineState {
+  SavedState(const Model* model, int position) : EngineState(model, position) {}
   uint64_t bytes() const override {
-    auto floats = [](const HostStates& s) { return s.recurrent.size() + s.conv.size(); };
-    uint64_t n = floats(now) * sizeof(float) + (k.size() + v.size()) * sizeof(uint16_t);
-    for (const auto& [position, s] : rollback.snapshots) n += floats(s) * sizeof(float);
+    auto size = [](const DeviceStates& s) { return s.recurrent.bytes() + s.conv.bytes(); };
+    uint64_t n = k.bytes() + v.bytes() + size(now);
+    for (const auto& [position, s] : rollback.snapshots) n += size(s);
     return n + rollback.tokens.size() * sizeof(int32_t);
   }
-  std::vector<uint16_t> k, v;  // bf16 [full layers, position, kv_dim]
-  HostStates now;              // the DeltaNet states at position()
-  SavedRollback<HostStates> rollback;
+  DeviceBuffer<uint16_t> k, v;  // bf16 [full layers, position, kv_dim]
+  DeviceStates now;             // the DeltaNet states at position()
+  SavedRollback<DeviceStates> rollback;
 };
 
-}  // namespace
+CudaHybridEngine::DeviceStates CudaHybridEngine::clone_states(const DeviceStates& from) const {
+  return DeviceStates{clone(from.recurrent, stream_), clone(from.conv, stream_)};
+}
 
 std::unique_ptr<EngineState> CudaHybridEngine::save_state() {
   const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
-  const size_t kv = size_t(model_->config.kv_dim());
-  auto state = std::make_unique<CudaHybridState>(model_.get(), position_);
-  state->k = download_cache_rows(k_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
-  state->v = download_cache_rows(v_cache_.data(), layers, size_t(context_), kv, size_t(position_), stream_);
-  state->now = HostStates{download(recurrent_, stream_), download(conv_state_, stream_)};
-  state->rollback = rollback_.save<HostStates>(position_, [this](const DeviceStates& s) {
-    return HostStates{download(s.recurrent, stream_), download(s.conv, stream_)};
-  });
+  const size_t kv = size_t(model_->config.kv_dim()), n = size_t(position_);
+  auto state = std::make_unique<SavedState>(model_.get(), position_);
+  state->k.resize(layers * n * kv);
+  state->v.resize(layers * n * kv);
+  copy_cache_rows(state->k.data(), n, k_cache_.data(), size_t(context_), layers, kv, n, stream_);
+  copy_cache_rows(state->v.data(), n, v_cache_.data(), size_t(context_), layers, kv, n, stream_);
+  state->now = DeviceStates{clone(recurrent_, stream_), clone(conv_state_, stream_)};
+  state->rollback =
+      rollback_.save(position_, [this](const DeviceStates& s) { return clone_states(s); });
   return state;
 }
 
 void CudaHybridEngine::restore_state(const EngineState& saved) {
-  const auto& state = restorable_state<CudaHybridState>(saved, model_.get());
+  const auto& state = restorable_state<SavedState>(saved, model_.get());
   const size_t layers = size_t(model_->config.count_layers(LayerType::FullAttention));
-  const size_t kv = size_t(model_->config.kv_dim());
-  upload_cache_rows(state.k, k_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
-  upload_cache_rows(state.v, v_cache_.data(), layers, size_t(context_), kv, size_t(state.position()), stream_);
-  upload(state.now.recurrent, recurrent_, stream_);
-  upload(state.now.conv, conv_state_, stream_);
-  rollback_.load<HostStates>(state.rollback, [this](const HostStates& s) {
-    DeviceStates d{DeviceBuffer<float>(s.recurrent.size()), DeviceBuffer<float>(s.conv.size())};
-    upload(s.recurrent, d.recurrent, stream_);
-    upload(s.conv, d.conv, stream_);
-    return d;
-  });
+  const size_t kv = size_t(model_->config.kv_dim()), n = size_t(state.position());
+  // The snapshots first: the only step that allocates, so a failure leaves the engine as it was.
+  SavedRollback<DeviceStates> snapshots;
+  snapshots.tokens = state.rollback.tokens;
+  for (const auto& [position, s] : state.rollback.snapshots) snapshots.snapshots.emplace_back(position, clone_states(s));
+  copy_cache_rows(k_cache_.data(), size_t(context_), state.k.data(), n, layers, kv, n, stream_);
+  copy_cache_rows(v_cache_.data(), size_t(context_), state.v.data(), n, layers, kv, n, stream_);
+  copy_into(recurrent_, state.now.recurrent, stream_);
+  copy_into(conv_state_, state.now.conv, stream_);
+  rollback_.load(std::move(snapshots));
   position_ = state.position();
 }
+
+std::optional<uint64_t> CudaHybridEngine::state_memory_available() const { return device_memory_free(); }
 
 void CudaHybridEngine::fill_cache_with_noise(int n) {
   if (n < 0 || n > context_) fail("cannot fill the cache to {} tokens: the context holds {}", n, context_);

@@ -59,6 +59,8 @@ class CudaHybridEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override;
   std::unique_ptr<EngineState> save_state() override;
   void restore_state(const EngineState& state) override;
+  StateMemory state_memory() const override { return StateMemory::Device; }
+  std::optional<uint64_t> state_memory_available() const override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.bytes() + conv_state_.bytes()); }
   std::optional<DeviceDraw> sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                              int logprobs) override;
@@ -84,6 +86,7 @@ class CudaHybridEngine final : public Engine {
   const float* device_logits() const { return logits_.data(); }  // the latest logits (tests)
 
  private:
+  struct SavedState;  // save_state()'s copy, on the device
   struct DeviceStates {
     DeviceBuffer<float> recurrent, conv;
   };
@@ -95,6 +98,7 @@ class CudaHybridEngine final : public Engine {
   void run_decode_step(int32_t token);
   void remember_states();
   DeviceStates copy_states() const;
+  DeviceStates clone_states(const DeviceStates& from) const;
 
   uint16_t* k_layer(int slot);
   uint16_t* v_layer(int slot);

@@ -1,49 +1,41 @@
-// Copies between a device cache laid out [layers, context, row elements] and packed host rows
-// [layers, rows, row elements]: the CUDA engines' save_state() / restore_state() (engine_state.h).
-// One transfer per layer on the engine's stream, then a synchronize: a saved sequence is complete
-// (or back in place) when the call returns.
+// Copies of a device cache's rows between two layouts, [layers, context, row elements] with
+// different contexts: the engine's cache (its full context) and a saved sequence's packed copy (its
+// length): the CUDA engines' save_state() / restore_state() (engine_state.h). Device to device, one
+// copy per layer on the engine's stream, then a synchronize, so the copy is whole when the call
+// returns and may be restored into another engine on another stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <vector>
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/device_buffer.h"
 
 namespace megaqwen::cuda {
 
+// The first `rows` rows of each of `layers` layers, from `src` (layer stride src_context rows) to
+// `dst` (layer stride dst_context rows).
 template <class T>
-std::vector<T> download_cache_rows(const T* cache, size_t layers, size_t context, size_t row, size_t rows,
-                                   cudaStream_t stream) {
-  std::vector<T> out(layers * rows * row);
-  if (rows > 0)
+void copy_cache_rows(T* dst, size_t dst_context, const T* src, size_t src_context, size_t layers, size_t row,
+                     size_t rows, cudaStream_t stream) {
+  if (rows > 0 && row > 0)
     for (size_t l = 0; l < layers; ++l)
-      CUDA_CHECK(cudaMemcpyAsync(out.data() + l * rows * row, cache + l * context * row, rows * row * sizeof(T),
-                                 cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return out;
-}
-
-template <class T>
-void upload_cache_rows(const std::vector<T>& packed, T* cache, size_t layers, size_t context, size_t row, size_t rows,
-                       cudaStream_t stream) {
-  if (rows > 0)
-    for (size_t l = 0; l < layers; ++l)
-      CUDA_CHECK(cudaMemcpyAsync(cache + l * context * row, packed.data() + l * rows * row, rows * row * sizeof(T),
-                                 cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(dst + l * dst_context * row, src + l * src_context * row, rows * row * sizeof(T),
+                                 cudaMemcpyDeviceToDevice, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-// A whole buffer to the host and back (recurrent states).
+// A copy of a whole buffer (recurrent states).
 template <class T>
-std::vector<T> download(const DeviceBuffer<T>& buffer, cudaStream_t stream) {
-  return download_cache_rows(buffer.data(), 1, buffer.size(), 1, buffer.size(), stream);
+DeviceBuffer<T> clone(const DeviceBuffer<T>& from, cudaStream_t stream) {
+  DeviceBuffer<T> to(from.size());
+  copy_cache_rows(to.data(), 0, from.data(), 0, 1, from.size(), 1, stream);
+  return to;
 }
 template <class T>
-void upload(const std::vector<T>& host, DeviceBuffer<T>& buffer, cudaStream_t stream) {
-  upload_cache_rows(host, buffer.data(), 1, buffer.size(), 1, host.size(), stream);
+void copy_into(DeviceBuffer<T>& to, const DeviceBuffer<T>& from, cudaStream_t stream) {
+  copy_cache_rows(to.data(), 0, from.data(), 0, 1, from.size(), 1, stream);
 }
 
 }  // namespace megaqwen::cuda

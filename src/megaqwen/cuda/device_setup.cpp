@@ -53,4 +53,10 @@ void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, i
       gib(plan.reserve), gib(free_bytes), gib(total_bytes));
 }
 
+uint64_t device_memory_free() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
 }  // namespace megaqwen::cuda

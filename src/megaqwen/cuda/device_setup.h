@@ -36,4 +36,7 @@ void check_prefill_attention_fits(const cudaDeviceProp& prop, int head_dim, bool
 // Fails with the plan's parts and the device's free memory when the plan does not fit.
 void check_memory_fits(const cudaDeviceProp& prop, const CudaMemoryPlan& plan, int context);
 
+// Free memory on the current device now (the prompt cache's check before a saved sequence).
+uint64_t device_memory_free();
+
 }  // namespace megaqwen::cuda

@@ -139,7 +139,7 @@ std::unique_ptr<EngineState> CpuHybridEngine::save_state() {
   state->k = pack_cache_rows(k_cache_, layers, size_t(context_), kv, size_t(position_));
   state->v = pack_cache_rows(v_cache_, layers, size_t(context_), kv, size_t(position_));
   state->now = States{recurrent_, conv_state_};
-  state->rollback = rollback_.save<States>(position_, [](const States& s) { return s; });
+  state->rollback = rollback_.save(position_, [](const States& s) { return s; });
   return state;
 }
 
@@ -151,7 +151,7 @@ void CpuHybridEngine::restore_state(const EngineState& saved) {
   unpack_cache_rows(state.v, layers, size_t(context_), kv, size_t(state.position()), v_cache_);
   recurrent_ = state.now.recurrent;
   conv_state_ = state.now.conv;
-  rollback_.load<States>(state.rollback, [](const States& s) { return s; });
+  rollback_.load(state.rollback);
   position_ = state.position();
 }
 

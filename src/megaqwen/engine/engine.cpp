@@ -1,6 +1,7 @@
 #include "megaqwen/engine/engine.h"
 
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/host_memory.h"
 
 namespace megaqwen {
 
@@ -12,6 +13,8 @@ void Engine::check_new_tokens(std::span<const int32_t> tokens) const {
     fail("the context is full: {} tokens in the cache + {} new > context size {}", position(), tokens.size(),
          context_size());
 }
+
+std::optional<uint64_t> Engine::state_memory_available() const { return available_host_memory(); }
 
 void Engine::restore_state(const EngineState&) {
   fail("this engine ({}) cannot restore a saved sequence", device_name());

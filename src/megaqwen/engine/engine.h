@@ -60,9 +60,12 @@ class Engine {
   // states and conv windows), whatever the position; 0 for a pure KV cache.
   virtual uint64_t state_bytes_per_step() const { return 0; }
 
-  // Optional: a host-memory copy of the sequence in the cache (engine_state.h), for the server's
-  // prompt cache; nullptr where this engine cannot make one. The cache is left as it was.
+  // Optional: a copy of the sequence in the cache (engine_state.h), for the server's prompt cache;
+  // nullptr where this engine cannot make one. The cache is left as it was.
   virtual std::unique_ptr<EngineState> save_state() { return nullptr; }
+  // Where save_state() keeps its copies, and how much of that memory is free now (nullopt: unknown).
+  virtual StateMemory state_memory() const { return StateMemory::Host; }
+  virtual std::optional<uint64_t> state_memory_available() const;
   // Puts a saved sequence back: position() becomes state.position() and the cache holds what it held
   // then, so decoding goes on exactly as it would have. Throws Error, leaving the engine unchanged, for
   // a state of another kind of engine or another model, or one longer than the context.

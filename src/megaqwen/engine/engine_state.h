@@ -1,8 +1,8 @@
-// EngineState: a copy, in host memory, of the sequence an engine's cache holds (every KV row up to
+// EngineState: a copy of the sequence an engine's cache holds (every KV row up to
 // position() and any recurrent state), made by Engine::save_state() and put back by restore_state().
 // The server's prompt cache keeps such copies of the conversations it has set aside, so a client who
 // comes back after another client's request does not pay for its whole prompt again. Copying a cache
-// costs a memcpy (or one PCIe transfer) of its rows, far less than prefilling the same tokens.
+// costs a memcpy of its rows (on a GPU, a device-to-device copy), far less than prefilling the tokens.
 //
 // Each engine derives its own state type; restore_state() takes only its own kind, from the same
 // loaded model, and fails naming the mismatch otherwise.
@@ -16,11 +16,17 @@ namespace megaqwen {
 
 struct Model;
 
+// Where an engine's saved states live: host memory (the CPU engines), or device memory (the CUDA
+// engines, where a device-to-device copy costs microseconds and a trip over PCIe into fresh host pages
+// could cost as much as prefilling the tokens again).
+enum class StateMemory { Host, Device };
+inline const char* state_memory_name(StateMemory m) { return m == StateMemory::Host ? "host" : "device"; }
+
 class EngineState {
  public:
   virtual ~EngineState() = default;
   int position() const { return position_; }  // tokens the saved cache held
-  virtual uint64_t bytes() const = 0;          // host memory this copy holds
+  virtual uint64_t bytes() const = 0;          // memory this copy holds (the engine's state_memory())
   const Model* model() const { return model_; }
 
  protected:

@@ -5,7 +5,6 @@
 #include <span>
 
 #include "megaqwen/util/error.h"
-#include "megaqwen/util/host_memory.h"
 
 namespace megaqwen {
 
@@ -18,20 +17,28 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
-// Memory left to the rest of the machine after a save; a save that would cut into it is skipped.
+// Memory left to the rest of the machine (or, on a GPU, to the engine's own allocations) after a
+// save; a save that would cut into it is skipped.
 constexpr uint64_t kHostReserveBytes = uint64_t(1) << 30;
+constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 
 }  // namespace
 
-PromptCache::PromptCache(PromptCacheOptions options) : options_(options) {
+PromptCache::PromptCache(PromptCacheOptions options, StateMemory memory) : options_(options) {
+  stats_.memory = memory;
   if (options_.min_tokens < 1) fail("the prompt cache's min_tokens must be >= 1, got {}", options_.min_tokens);
+}
+
+uint64_t PromptCache::budget_for(const Engine& engine) const {
+  return engine.state_memory() == StateMemory::Host ? options_.host_budget_bytes : options_.device_budget_bytes;
 }
 
 int PromptCache::prepare(Generator& generator, const GenerationRequest& request) {
   const std::vector<int32_t>& prompt = request.prompt;
   const size_t min_tokens = size_t(options_.min_tokens);
   int restored = 0;
-  if (options_.budget_bytes > 0) {
+  const uint64_t budget = budget_for(generator.engine());
+  if (budget > 0) {
     // What Generator::run may reuse: never the prompt's last token; nothing when it scores the prompt.
     const size_t usable = request.prompt_logprobs || prompt.empty() ? 0 : prompt.size() - 1;
     const std::vector<int32_t>& resident = generator.cached_tokens();
@@ -56,7 +63,7 @@ int PromptCache::prepare(Generator& generator, const GenerationRequest& request)
         restored = int(best_shared);
       }
     }
-    if (!continues && resident.size() >= kept + min_tokens) save_resident(generator);
+    if (!continues && resident.size() >= kept + min_tokens) save_resident(generator, budget);
     if (chosen) {
       generator.restore(chosen->sequence);
       std::lock_guard lock(mutex_);
@@ -68,7 +75,7 @@ int PromptCache::prepare(Generator& generator, const GenerationRequest& request)
   return restored;
 }
 
-void PromptCache::save_resident(Generator& generator) {
+void PromptCache::save_resident(Generator& generator, uint64_t budget) {
   const std::vector<int32_t>& resident = generator.cached_tokens();
   {
     std::lock_guard lock(mutex_);
@@ -79,8 +86,9 @@ void PromptCache::save_resident(Generator& generator) {
   }
   const Engine& engine = generator.engine();
   const uint64_t estimate = uint64_t(resident.size()) * engine.kv_bytes_per_token() + engine.state_bytes_per_step();
-  if (estimate > options_.budget_bytes) return;
-  if (auto available = available_host_memory(); available && *available < estimate + kHostReserveBytes) {
+  if (estimate > budget) return;
+  const uint64_t reserve = engine.state_memory() == StateMemory::Host ? kHostReserveBytes : kDeviceReserveBytes;
+  if (auto available = engine.state_memory_available(); available && *available < estimate + reserve) {
     std::lock_guard lock(mutex_);
     ++stats_.skipped_for_memory;
     return;
@@ -88,12 +96,12 @@ void PromptCache::save_resident(Generator& generator) {
   std::optional<SavedSequence> saved = generator.save();
   if (!saved) return;
   const uint64_t bytes = saved->state->bytes() + saved->tokens.size() * sizeof(int32_t);
-  insert(Entry{std::move(*saved), bytes});
+  insert(Entry{std::move(*saved), bytes}, budget);
 }
 
-void PromptCache::insert(Entry entry) {
+void PromptCache::insert(Entry entry, uint64_t budget) {
   std::lock_guard lock(mutex_);
-  if (entry.bytes > options_.budget_bytes) return;
+  if (entry.bytes > budget) return;
   const std::vector<int32_t>& tokens = entry.sequence.tokens;
   entries_.remove_if([&](const Entry& e) {  // superseded: a prefix of the new sequence
     const bool prefix = e.sequence.tokens.size() <= tokens.size() &&
@@ -104,7 +112,7 @@ void PromptCache::insert(Entry entry) {
   stats_.bytes += entry.bytes;
   entries_.push_front(std::move(entry));
   ++stats_.saves;
-  while (stats_.bytes > options_.budget_bytes && entries_.size() > 1) {
+  while (stats_.bytes > budget && entries_.size() > 1) {
     stats_.bytes -= entries_.back().bytes;
     entries_.pop_back();
     ++stats_.evictions;

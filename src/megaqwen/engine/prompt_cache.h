@@ -1,6 +1,8 @@
 // PromptCache: sequences the engine's cache held, set aside in host memory, so that several
 // conversations can take turns on a one-sequence engine without prefilling their whole history at
-// every turn (the server's --cache-ram; llama.cpp's server keeps a prompt cache for the same reason).
+// every turn (the server's --cache-ram / --cache-vram; llama.cpp's server keeps a prompt cache for the
+// same reason). The copies live where the engine keeps them: host memory for the CPU engines, device
+// memory for the CUDA engines (Engine::state_memory), each kind with its own budget.
 //
 // Before each request, prepare() compares the prompt with the sequence the engine holds (the
 // resident one):
@@ -25,11 +27,15 @@
 namespace megaqwen {
 
 struct PromptCacheOptions {
-  uint64_t budget_bytes = uint64_t(4) << 30;  // host memory for saved sequences; 0 turns the cache off
-  int min_tokens = 32;                        // shorter sequences, or smaller gains, are not worth a copy
+  // Memory for saved sequences where the engine keeps them (Engine::state_memory); 0 turns the
+  // cache off for such engines.
+  uint64_t host_budget_bytes = uint64_t(4) << 30;
+  uint64_t device_budget_bytes = uint64_t(4) << 30;
+  int min_tokens = 32;  // shorter sequences, or smaller gains, are not worth a copy
 };
 
 struct PromptCacheStats {
+  StateMemory memory = StateMemory::Host;  // where the entries live (the engine's state_memory())
   size_t entries = 0;
   uint64_t bytes = 0;
   long long saves = 0, restores = 0, restored_tokens = 0, evictions = 0;
@@ -38,7 +44,8 @@ struct PromptCacheStats {
 
 class PromptCache {
  public:
-  explicit PromptCache(PromptCacheOptions options = {});
+  // `memory`: where the engine it serves keeps its states (its state_memory()), for stats().
+  explicit PromptCache(PromptCacheOptions options = {}, StateMemory memory = StateMemory::Host);
 
   // Call before generator.run(request). Returns the prompt tokens a restored sequence provides (0
   // when none was restored). Errors from the engine's copies propagate; the generator then holds
@@ -57,8 +64,9 @@ class PromptCache {
     uint64_t bytes = 0;
   };
 
-  void save_resident(Generator& generator);
-  void insert(Entry entry);  // holds mutex_
+  uint64_t budget_for(const Engine& engine) const;
+  void save_resident(Generator& generator, uint64_t budget);
+  void insert(Entry entry, uint64_t budget);  // takes mutex_
 
   PromptCacheOptions options_;
   size_t resident_prompt_tokens_ = 0;  // length of the last prompt run on the engine's sequence

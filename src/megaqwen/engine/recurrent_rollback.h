@@ -24,10 +24,10 @@ namespace megaqwen {
 constexpr size_t kMaxStateSnapshots = 8;
 
 // A rollback's token ids and snapshots as an engine's save_state() keeps them (RecurrentRollback::save).
-template <class Saved>
+template <class State>
 struct SavedRollback {
   std::vector<int32_t> tokens;
-  std::vector<std::pair<int, Saved>> snapshots;
+  std::vector<std::pair<int, State>> snapshots;
 };
 
 template <class State>
@@ -76,21 +76,21 @@ class RecurrentRollback {
     replay(start, ids);
   }
 
-  // What an engine's save_state() keeps of the rollback: the ids at 0..position and the snapshots,
-  // each converted by `copy` (device states to host ones). load() puts them back, converted by
-  // `copy_back`, so after restoring a saved sequence a rollback within it still lands on a snapshot.
-  template <class Saved>
-  SavedRollback<Saved> save(int position, const std::function<Saved(const State&)>& copy) const {
-    SavedRollback<Saved> out{std::vector<int32_t>(tokens_.begin(), tokens_.begin() + position), {}};
+  // What an engine's save_state() keeps of the rollback: the ids at 0..position and copies of the
+  // snapshots (made by `copy`). load() puts such a set back, so that after restoring a saved sequence
+  // a rollback within it still lands on a snapshot.
+  SavedRollback<State> save(int position, const std::function<State(const State&)>& copy) const {
+    SavedRollback<State> out{std::vector<int32_t>(tokens_.begin(), tokens_.begin() + position), {}};
     for (const Snapshot& s : snapshots_)
       if (s.position <= position) out.snapshots.emplace_back(s.position, copy(s.state));
     return out;
   }
-  template <class Saved>
-  void load(const SavedRollback<Saved>& saved, const std::function<State(const Saved&)>& copy_back) {
+  // The rollback of a restored sequence: its ids and snapshots (copies the engine made of a saved
+  // sequence's, so the saved one stays intact for later restores).
+  void load(SavedRollback<State> saved) {
     forget_all();
     record(0, saved.tokens);
-    for (const auto& [position, state] : saved.snapshots) snapshots_.push_back(Snapshot{position, copy_back(state)});
+    for (auto& [position, state] : saved.snapshots) snapshots_.push_back(Snapshot{position, std::move(state)});
   }
 
   // Positions with a stored snapshot, ascending (tests and stats).

@@ -59,8 +59,9 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   out += fmt::format("megaqwen_requests_running {}\n", running);
   family("megaqwen_prompt_cache_entries", "gauge", "Conversations set aside in the prompt cache (--cache-ram).");
   out += fmt::format("megaqwen_prompt_cache_entries {}\n", prompt_cache.entries);
-  family("megaqwen_prompt_cache_bytes", "gauge", "Host memory held by the prompt cache.");
-  out += fmt::format("megaqwen_prompt_cache_bytes {}\n", prompt_cache.bytes);
+  family("megaqwen_prompt_cache_bytes", "gauge", "Memory held by the prompt cache (host for CPU engines, device for CUDA ones).");
+  out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"{}\"}} {}\n", state_memory_name(prompt_cache.memory),
+                     prompt_cache.bytes);
   family("megaqwen_prompt_cache_saves_total", "counter", "Sequences copied out of the engine into the prompt cache.");
   out += fmt::format("megaqwen_prompt_cache_saves_total {}\n", prompt_cache.saves);
   family("megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the prompt cache.");
@@ -69,7 +70,7 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   out += fmt::format("megaqwen_prompt_cache_restored_tokens_total {}\n", prompt_cache.restored_tokens);
   family("megaqwen_prompt_cache_evictions_total", "counter", "Sequences dropped to stay within the budget.");
   out += fmt::format("megaqwen_prompt_cache_evictions_total {}\n", prompt_cache.evictions);
-  family("megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because the host had too little memory.");
+  family("megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because too little memory was free.");
   out += fmt::format("megaqwen_prompt_cache_skipped_total {}\n", prompt_cache.skipped_for_memory);
   family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
   long long cumulative = 0;
