@@ -32,9 +32,9 @@ TOPICS = ["the history of the harbour and its trade", "the bridges over the rive
 
 
 def start_server(binary, model, device, ctx, cache_mib):
-    proc = subprocess.Popen([binary, "serve", "--model", model, "--device", device, "--ctx", str(ctx), "--port", "0",
-                             "--cache-ram", str(cache_mib), "--cache-vram", str(cache_mib)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    command = [binary, "serve", "--model", model, "--device", device, "--ctx", str(ctx), "--port", "0",
+               "--cache-ram", str(cache_mib), "--cache-vram", str(cache_mib)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port = None
     for line in proc.stdout:
         m = re.search(r"listening on http://[^:]+:(\d+)", line)
@@ -58,10 +58,11 @@ def ask(client, model, messages, max_tokens):
                                                 stream_options={"include_usage": True}):
         if chunk.usage:
             usage = chunk.usage
-        if chunk.choices and (chunk.choices[0].delta.content or getattr(chunk.choices[0].delta, "reasoning_content", None)):
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta and (delta.content or getattr(delta, "reasoning_content", None)):
             if first is None:
                 first = time.monotonic() - started
-            text += chunk.choices[0].delta.content or ""
+            text += delta.content or ""
     return text, first if first is not None else time.monotonic() - started, usage
 
 

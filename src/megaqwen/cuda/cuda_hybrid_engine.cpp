@@ -490,7 +490,8 @@ void CudaHybridEngine::restore_state(const EngineState& saved) {
   // The snapshots first: the only step that allocates, so a failure leaves the engine as it was.
   SavedRollback<DeviceStates> snapshots;
   snapshots.tokens = state.rollback.tokens;
-  for (const auto& [position, s] : state.rollback.snapshots) snapshots.snapshots.emplace_back(position, clone_states(s));
+  for (const auto& [position, s] : state.rollback.snapshots)
+    snapshots.snapshots.emplace_back(position, clone_states(s));
   copy_cache_rows(k_cache_.data(), size_t(context_), state.k.data(), n, layers, kv, n, stream_);
   copy_cache_rows(v_cache_.data(), size_t(context_), state.v.data(), n, layers, kv, n, stream_);
   copy_into(recurrent_, state.now.recurrent, stream_);

@@ -303,7 +303,8 @@ struct HttpServer::Impl {
       send_json(res, 200, {{"status", "ok"}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(scheduler.queued(), scheduler.running(), scheduler.prompt_cache_stats()), "text/plain; version=0.0.4");
+      res.set_content(metrics.render(scheduler.queued(), scheduler.running(), scheduler.prompt_cache_stats()),
+                      "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] { send_json(res, 200, models_json(served.limits.id, created, served.limits.context_size)); });

@@ -59,12 +59,13 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   out += fmt::format("megaqwen_requests_running {}\n", running);
   family("megaqwen_prompt_cache_entries", "gauge", "Conversations set aside in the prompt cache (--cache-ram).");
   out += fmt::format("megaqwen_prompt_cache_entries {}\n", prompt_cache.entries);
-  family("megaqwen_prompt_cache_bytes", "gauge", "Memory held by the prompt cache (host for CPU engines, device for CUDA ones).");
+  family("megaqwen_prompt_cache_bytes", "gauge",
+         "Memory held by the prompt cache (host for CPU engines, device for CUDA ones).");
   out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"{}\"}} {}\n", state_memory_name(prompt_cache.memory),
                      prompt_cache.bytes);
   family("megaqwen_prompt_cache_saves_total", "counter", "Sequences copied out of the engine into the prompt cache.");
   out += fmt::format("megaqwen_prompt_cache_saves_total {}\n", prompt_cache.saves);
-  family("megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the prompt cache.");
+  family("megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the cache.");
   out += fmt::format("megaqwen_prompt_cache_restores_total {}\n", prompt_cache.restores);
   family("megaqwen_prompt_cache_restored_tokens_total", "counter", "Prompt tokens the restored sequences provided.");
   out += fmt::format("megaqwen_prompt_cache_restored_tokens_total {}\n", prompt_cache.restored_tokens);

@@ -6,7 +6,10 @@ namespace megaqwen::server {
 
 Scheduler::Scheduler(Engine& engine, size_t max_queued, std::function<void(const GenerationJob&)> on_done,
                      PromptCacheOptions prompt_cache)
-    : generator_(engine), prompt_cache_(prompt_cache, engine.state_memory()), max_queued_(max_queued), on_done_(std::move(on_done)) {
+    : generator_(engine),
+      prompt_cache_(prompt_cache, engine.state_memory()),
+      max_queued_(max_queued),
+      on_done_(std::move(on_done)) {
   worker_ = std::thread([this] { work(); });
 }
 
