@@ -24,6 +24,11 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+// A cache in host memory (the CPU engines keep their states there).
+PromptCacheOptions host_cache(uint64_t budget, int min_tokens, int max_entries = 64) {
+  return {.host_budget_bytes = budget, .device_budget_bytes = 0, .min_tokens = min_tokens, .max_entries = max_entries};
+}
+
 class PromptCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { w_ = test::load_engine_workload(test::fixtures_dir() / GetParam()); }
@@ -61,7 +66,7 @@ class PromptCacheTest : public ::testing::TestWithParam<std::string> {
 TEST_P(PromptCacheTest, ConversationsTakingTurnsGetTheirSequencesBack) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache(host_cache(1u << 30, 8));
 
   const GenerationRequest a1 = greedy(ids(1, 30)), b1 = greedy(ids(2, 25));
   const GenerationResult ra1 = run(cache, g, a1);
@@ -105,7 +110,7 @@ TEST_P(PromptCacheTest, ConversationsTakingTurnsGetTheirSequencesBack) {
 TEST_P(PromptCacheTest, ContinuingConversationsCostNoCopy) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache(host_cache(1u << 30, 8));
   const GenerationRequest a1 = greedy(ids(1, 30), 12);
   run(cache, g, a1);
   const GenerationRequest a2 = greedy(concat(a1.prompt, ids(6, 9)));  // the reply re-rendered
@@ -121,7 +126,7 @@ TEST_P(PromptCacheTest, ContinuingConversationsCostNoCopy) {
 TEST_P(PromptCacheTest, ShortSequencesAreNotWorthACopy) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 40});
+  PromptCache cache(host_cache(1u << 30, 40));
   run(cache, g, greedy(ids(1, 20)));
   run(cache, g, greedy(ids(2, 20)));
   EXPECT_EQ(cache.stats().saves, 0);
@@ -146,7 +151,7 @@ TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
   auto e = engine();
   Generator g(*e);
   // Room for two entries of this size.
-  PromptCache cache({.host_budget_bytes = one_entry * 5 / 2, .device_budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache(host_cache(one_entry * 5 / 2, 8));
   for (uint32_t c = 1; c <= 5; ++c) run(cache, g, greedy(ids(c, 40)));
   const PromptCacheStats stats = cache.stats();
   EXPECT_EQ(stats.saves, 4);
@@ -160,11 +165,23 @@ TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(r1.reused_tokens, 0);
 }
 
+// The entry count is bounded too (each request compares its prompt with every entry).
+TEST_P(PromptCacheTest, EntryCountIsBounded) {
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache(host_cache(1u << 30, 8, 2));
+  for (uint32_t c = 1; c <= 5; ++c) run(cache, g, greedy(ids(c, 40)));
+  EXPECT_EQ(cache.stats().saves, 4);
+  EXPECT_EQ(cache.stats().evictions, 2);
+  EXPECT_EQ(cache.entry_sizes().size(), 2u);
+  EXPECT_THROW(PromptCache(host_cache(1, 8, 0)), Error);
+}
+
 // Scoring the prompt prefills all of it: the resident sequence is set aside, nothing is restored.
 TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.host_budget_bytes = 1u << 30, .device_budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache(host_cache(1u << 30, 8));
   const GenerationRequest a1 = greedy(ids(1, 30));
   run(cache, g, a1);
   GenerationRequest scoring = greedy(a1.prompt);
@@ -178,14 +195,14 @@ TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
 TEST_P(PromptCacheTest, ZeroBudgetTurnsTheCacheOff) {
   auto e = engine();
   Generator g(*e);
-  PromptCache cache({.host_budget_bytes = 0, .device_budget_bytes = 0, .min_tokens = 8});
+  PromptCache cache(host_cache(0, 8));
   run(cache, g, greedy(ids(1, 30)));
   run(cache, g, greedy(ids(2, 30)));
   const GenerationResult back = run(cache, g, greedy(concat(ids(1, 30), ids(3, 3))));
   EXPECT_EQ(back.reused_tokens, 0);
   EXPECT_EQ(cache.stats().saves, 0);
   EXPECT_EQ(cache.stats().entries, 0u);
-  EXPECT_THROW(PromptCache({.host_budget_bytes = 1, .device_budget_bytes = 0, .min_tokens = 0}), Error);
+  EXPECT_THROW(PromptCache(host_cache(1, 0)), Error);
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {

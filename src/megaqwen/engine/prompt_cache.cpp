@@ -27,6 +27,7 @@ constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 PromptCache::PromptCache(PromptCacheOptions options, StateMemory memory) : options_(options) {
   stats_.memory = memory;
   if (options_.min_tokens < 1) fail("the prompt cache's min_tokens must be >= 1, got {}", options_.min_tokens);
+  if (options_.max_entries < 1) fail("the prompt cache's max_entries must be >= 1, got {}", options_.max_entries);
 }
 
 uint64_t PromptCache::budget_for(const Engine& engine) const {
@@ -112,7 +113,7 @@ void PromptCache::insert(Entry entry, uint64_t budget) {
   stats_.bytes += entry.bytes;
   entries_.push_front(std::move(entry));
   ++stats_.saves;
-  while (stats_.bytes > budget && entries_.size() > 1) {
+  while ((stats_.bytes > budget || entries_.size() > size_t(options_.max_entries)) && entries_.size() > 1) {
     stats_.bytes -= entries_.back().bytes;
     entries_.pop_back();
     ++stats_.evictions;

@@ -13,7 +13,7 @@
 // Then the saved sequence sharing the longest prefix with the prompt is put back
 // (Engine::restore_state) when it shares more than the resident one by at least min_tokens, and
 // Generator::run prefills only the rest. Entries are evicted least recently used first to stay within
-// the byte budget; an entry that is a prefix of a newer one is dropped (the newer one serves every
+// the byte budget and the entry count; an entry that is a prefix of a newer one is dropped (the newer one serves every
 // prompt the older one would).
 #pragma once
 
@@ -31,7 +31,8 @@ struct PromptCacheOptions {
   // cache off for such engines.
   uint64_t host_budget_bytes = uint64_t(4) << 30;
   uint64_t device_budget_bytes = uint64_t(4) << 30;
-  int min_tokens = 32;  // shorter sequences, or smaller gains, are not worth a copy
+  int min_tokens = 32;    // shorter sequences, or smaller gains, are not worth a copy
+  int max_entries = 64;   // each request compares its prompt with every entry: keep that short
 };
 
 struct PromptCacheStats {
