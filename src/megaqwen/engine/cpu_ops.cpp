@@ -188,37 +188,22 @@ void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq
 void causal_attention(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                       int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
                       ThreadPool& pool) {
-  // One work item per (token, kv head): the query heads sharing that kv head walk the cache together,
-  // so each K and V row is read once per group instead of once per query head (at long contexts the
-  // cache is most of the bytes a step reads). Each head's arithmetic, and its order, is as if it ran
-  // alone.
   const int64_t D = head_dim, group = heads / kv_heads, row = kv_heads * D;
-  pool.parallel_for(size_t(tokens * kv_heads), [&](size_t i0, size_t i1) {
-    std::vector<float> scores(size_t(group * (first_position + tokens)));
-    std::vector<float> max_score(static_cast<size_t>(group)), sum(static_cast<size_t>(group));
+  pool.parallel_for(size_t(tokens * heads), [&](size_t i0, size_t i1) {
+    std::vector<float> scores(size_t(first_position + tokens));
     for (size_t i = i0; i < i1; ++i) {
-      const int64_t t = int64_t(i) / kv_heads, g = int64_t(i) % kv_heads, n = first_position + t + 1;
-      const float* qg = q + (t * heads + g * group) * D;  // the group's query heads, consecutive
-      float* s = scores.data();                           // [group, n]
-      std::fill(max_score.begin(), max_score.end(), -INFINITY);
+      const int64_t t = int64_t(i) / heads, h = int64_t(i) % heads, g = h / group, n = first_position + t + 1;
+      const float* qh = q + (t * heads + h) * D;
+      float max_score = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
-        const float* k = k_cache + j * row + g * D;
-        for (int64_t h = 0; h < group; ++h) {
-          const float x = s[h * n + j] = dot(qg + h * D, k, D) * scale;
-          max_score[size_t(h)] = std::max(max_score[size_t(h)], x);
-        }
+        scores[size_t(j)] = dot(qh, k_cache + j * row + g * D, D) * scale;
+        max_score = std::max(max_score, scores[size_t(j)]);
       }
-      for (int64_t h = 0; h < group; ++h) {
-        float total = 0;
-        for (int64_t j = 0; j < n; ++j) total += (s[h * n + j] = std::exp(s[h * n + j] - max_score[size_t(h)]));
-        sum[size_t(h)] = total;
-      }
-      float* og = out + (t * heads + g * group) * D;
-      std::fill(og, og + group * D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v = v_cache + j * row + g * D;
-        for (int64_t h = 0; h < group; ++h) axpy(s[h * n + j] / sum[size_t(h)], v, og + h * D, D);
-      }
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
+      float* o = out + (t * heads + h) * D;
+      std::fill(o, o + D, 0.0f);
+      for (int64_t j = 0; j < n; ++j) axpy(scores[size_t(j)] / sum, v_cache + j * row + g * D, o, D);
     }
   });
 }
