@@ -1,13 +1,17 @@
 // megaqwen chat: an interactive multi-turn chat in the terminal. Streams the answer, shows thinking
 // dimmed, reuses the KV cache of earlier turns, and takes commands (/think, /no_think, /reset,
-// /system TEXT, /stats, /quit). Ctrl-C stops the current answer, not the program. With stdin not a
+// /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
+// shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server. Ctrl-C stops the current answer, not the program. With stdin not a
 // terminal it reads one user message per line, so a scripted session is a test.
 #include <editline/readline.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -28,6 +32,7 @@ struct ChatArgs {
   ModelArgs model;
   SamplingArgs sampling;
   std::string system;
+  std::string load;
   int max_tokens = 2048;
   bool no_think = false, plain = false;
 };
@@ -92,6 +97,37 @@ void print_stats(const ChatSession& s) {
   std::fflush(stdout);
 }
 
+// /save FILE: the conversation as {"messages": [...]}.
+void save_conversation(const ChatSession& s, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail("cannot write {}: {}", path, std::strerror(errno));
+  out << nlohmann::ordered_json{{"messages", s.messages()}}.dump(2) << "\n";
+  out.close();
+  if (!out) fail("cannot write {}: {}", path, std::strerror(errno));
+}
+
+// /load FILE and --load: {"messages": [...]} (what /save writes, or an OpenAI request body) or a bare
+// array of messages.
+void load_conversation(ChatSession& s, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}: {}", path, std::strerror(errno));
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is not JSON: {}", path, e.what());
+  }
+  if (j.is_object()) {
+    if (!j.contains("messages")) fail("{} has no \"messages\" array", path);
+    j = j["messages"];
+  }
+  try {
+    s.load_messages(j);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+}
+
 void run_chat(const ChatArgs& a) {
   auto model = a.model.load();
   Tokenizer tokenizer = Tokenizer::load(model->dir);
@@ -105,12 +141,13 @@ void run_chat(const ChatArgs& a) {
   ChatSession session(*engine, tokenizer, chat_template, eos);
   session.set_thinking(!a.no_think);
   if (!a.system.empty()) session.set_system_prompt(a.system);
+  if (!a.load.empty()) load_conversation(session, a.load);
 
   const bool interactive = isatty(STDIN_FILENO) && !a.plain;
   const bool color = isatty(STDOUT_FILENO) && !a.plain;
   if (interactive)
-    std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /stats /quit; Ctrl-C stops an "
-                "answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
+    std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /save FILE /load FILE /stats "
+                "/quit; Ctrl-C stops an answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -135,6 +172,21 @@ void run_chat(const ChatArgs& a) {
       std::string text = line.size() > 8 ? line.substr(8) : "";
       session.set_system_prompt(text.empty() ? std::nullopt : std::optional<std::string>(text));
       std::printf("[system prompt %s; conversation reset]\n", text.empty() ? "cleared" : "set");
+      continue;
+    }
+    if (line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {
+      const std::string path = line.substr(6);
+      try {
+        if (line[1] == 's') {
+          save_conversation(session, path);
+          std::printf("[saved %zu messages to %s]\n", session.messages().size(), path.c_str());
+        } else {
+          load_conversation(session, path);
+          std::printf("[loaded %zu messages from %s]\n", session.messages().size(), path.c_str());
+        }
+      } catch (const Error& e) {
+        std::printf("[error: %s]\n", e.what());
+      }
       continue;
     }
     if (line == "/stats") {
@@ -176,6 +228,7 @@ void add_chat_command(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   a->model.add_to(cmd);
   cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("--load", a->load, "Start from a conversation saved with /save (or any {\"messages\": [...]} file)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--no-think", a->no_think, "Start with thinking off (same as /no_think)");
   cmd->add_flag("--plain", a->plain, "No line editing or colours, even on a terminal");

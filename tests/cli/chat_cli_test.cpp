@@ -85,5 +85,34 @@ TEST_F(ChatCli, OverlongMessageIsReportedAndTheSessionGoesOn) {
   EXPECT_NE(out.find("[stats]"), std::string::npos);
 }
 
+// /save writes the conversation as {"messages": [...]}; /load (and --load at start) continues it,
+// with the same next reply as the session that never stopped (greedy).
+TEST_F(ChatCli, SavedConversationsLoadAndContinue) {
+  const std::string saved = (dir() / "conversation.json").string();
+  const std::string out = chat("Hello there\nTell me more\n/save " + saved + "\nAnd then?\n", "-n 5 --greedy --device cpu");
+  const std::string saved_line = "[saved 4 messages to " + saved + "]\n";
+  const size_t at = out.find(saved_line);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string file = slurp(saved);
+  EXPECT_EQ(file.find("{\n  \"messages\": [\n    {\n      \"role\": \"user\",\n      \"content\": \"Hello there\""), 0u) << file;
+  // The reply to "And then?" in the uninterrupted session: all its output after the save.
+  const std::string last = out.substr(at + saved_line.size());
+
+  const std::string resumed = chat("And then?\n", "-n 5 --greedy --device cpu --load " + saved);
+  EXPECT_EQ(resumed, last);
+  const std::string reloaded = chat("/reset\n/load " + saved + "\nAnd then?\n", "-n 5 --greedy --device cpu");
+  EXPECT_NE(reloaded.find("[loaded 4 messages from " + saved + "]\n" + last), std::string::npos) << reloaded;
+
+  // Refusals name the file and the problem; in the session they are reported and it goes on.
+  std::ofstream(dir() / "bad.json") << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "x"}]})";
+  const std::string bad = chat("/load " + (dir() / "bad.json").string() + "\nHi\n", "-n 2 --greedy --device cpu");
+  EXPECT_NE(bad.find("message 1 has role \"tool\""), std::string::npos) << bad;
+  const std::string cmd = std::string(test::megaqwen_binary()) + " chat --device cpu --model " +
+                          (dir() / "model").string() + " --load " + (dir() / "missing.json").string() +
+                          " < /dev/null > /dev/null 2> " + (dir() / "err.txt").string();
+  EXPECT_EQ(sh(cmd), 1);
+  EXPECT_NE(slurp(dir() / "err.txt").find("cannot read"), std::string::npos) << slurp(dir() / "err.txt");
+}
+
 }  // namespace
 }  // namespace megaqwen

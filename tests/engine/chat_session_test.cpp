@@ -96,6 +96,77 @@ TEST_F(ChatSessionTest, LaterTurnsOnlyPrefillTheNewPart) {
   EXPECT_GT(chat.last_turn().reused_tokens, 5);
 }
 
+// messages() saved and load_messages() into a new session on a fresh engine: the next turn renders
+// the same prompt and, greedy, gives the same reply as the session that went on.
+TEST_F(ChatSessionTest, LoadedConversationsGoOnAsTheOriginal) {
+  auto model = load_model(dir_->string());
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  CpuEngine engine(model, {.context = 512, .threads = 2});
+  ChatSession chat(engine, Tokenizer::load(*dir_), ChatTemplate::load(*dir_), {151645, 151643});
+  chat.set_system_prompt("You are terse.");
+  chat.send("Hello!", greedy, 8, {});
+  chat.send("And again?", greedy, 8, {});
+  const nlohmann::ordered_json saved = chat.messages();
+  const AssistantReply expected = chat.send("Once more.", greedy, 8, {});
+  const int expected_prompt = chat.last_turn().prompt_tokens;
+
+  CpuEngine fresh_engine(model, {.context = 512, .threads = 2});
+  ChatSession loaded(fresh_engine, Tokenizer::load(*dir_), ChatTemplate::load(*dir_), {151645, 151643});
+  loaded.load_messages(saved);
+  EXPECT_EQ(loaded.messages(), saved);
+  const AssistantReply got = loaded.send("Once more.", greedy, 8, {});
+  EXPECT_EQ(loaded.last_turn().prompt_tokens, expected_prompt);
+  EXPECT_EQ(loaded.last_turn().reused_tokens, 0);
+  EXPECT_EQ(got.content, expected.content);
+  EXPECT_EQ(got.reasoning, expected.reasoning);
+  // The loaded system prompt is the session's now: /reset keeps it.
+  loaded.reset();
+  EXPECT_EQ(loaded.messages(), nlohmann::ordered_json::parse(R"([{"role": "system", "content": "You are terse."}])"));
+}
+
+// A list that is not a conversation megaqwen chat can go on with is refused by name, and the session
+// keeps its own.
+TEST_F(ChatSessionTest, MalformedSavedConversationsAreRefused) {
+  auto model = load_model(dir_->string());
+  CpuEngine engine(model, {.context = 64, .threads = 1});
+  ChatSession chat(engine, Tokenizer::load(*dir_), ChatTemplate::load(*dir_), {151645});
+  chat.set_system_prompt("Be brief.");
+  const nlohmann::ordered_json before = chat.messages();
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"role": "user"})", "must be a JSON array"},
+      {R"([1])", "message 0 is not a JSON object"},
+      {R"([{"content": "x"}])", "message 0 has no \"role\" string"},
+      {R"([{"role": "tool", "content": "x"}])", "role \"tool\""},
+      {R"([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])", "only the first message"},
+      {R"([{"role": "user", "content": ["a"]}])", "has no \"content\" string"},
+      {R"([{"role": "user", "content": "a", "name": "x"}, {"role": "assistant", "content": "b"}])", "key \"name\""},
+      {R"([{"role": "user", "content": "a", "reasoning_content": "r"}])", "key \"reasoning_content\""},
+      {R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": 1}])",
+       "not a string"},
+      {R"([{"role": "user", "content": "a"}])", "ends with a user message"},
+  };
+  for (const auto& [text, words] : cases) {
+    try {
+      chat.load_messages(nlohmann::ordered_json::parse(text));
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << text << ": " << e.what();
+    }
+    EXPECT_EQ(chat.messages(), before);
+  }
+  nlohmann::ordered_json too_long = nlohmann::ordered_json::array();
+  std::string words;
+  for (int i = 0; i < 100; ++i) words += "word" + std::to_string(i) + " ";
+  too_long.push_back({{"role", "user"}, {"content", words}});
+  too_long.push_back({{"role", "assistant"}, {"content", "ok"}});
+  EXPECT_THROW(chat.load_messages(too_long), Error);
+  EXPECT_EQ(chat.messages(), before);
+  // An empty list is an empty conversation (no system prompt either).
+  chat.load_messages(nlohmann::ordered_json::array());
+  EXPECT_TRUE(chat.messages().empty());
+}
+
 TEST_F(ChatSessionTest, ConversationLongerThanTheContextIsAClearError) {
   auto model = load_model(dir_->string());
   CpuEngine engine(model, {.context = 32, .threads = 1});

@@ -68,6 +68,48 @@ void ChatSession::reset() {
   // The cache is kept: the next prompt shares its system-prompt prefix, which the generator reuses.
 }
 
+void ChatSession::load_messages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) fail("the saved conversation must be a JSON array of messages, got {}", messages.type_name());
+  nlohmann::ordered_json loaded = nlohmann::ordered_json::array();
+  std::optional<std::string> system;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json& m = messages[i];
+    if (!m.is_object()) fail("message {} is not a JSON object", i);
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) fail("message {} has no \"role\" string", i);
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant")
+      fail("message {} has role \"{}\"; megaqwen chat holds system, user and assistant messages", i, r);
+    if (r == "system" && i != 0) fail("message {} is a system message; only the first message may be one", i);
+    const auto content = m.find("content");
+    if (content == m.end() || !content->is_string()) fail("message {} ({}) has no \"content\" string", i, r);
+    nlohmann::ordered_json kept = {{"role", r}, {"content", *content}};
+    for (const auto& [key, value] : m.items()) {
+      if (key == "role" || key == "content") continue;
+      if (key != "reasoning_content" || r != "assistant")
+        fail("message {} ({}) has the key \"{}\", which megaqwen chat does not keep", i, r, key);
+      if (!value.is_string()) fail("message {}'s \"reasoning_content\" is not a string", i);
+      kept["reasoning_content"] = value;
+    }
+    if (r == "system") system = content->get<std::string>();
+    loaded.push_back(std::move(kept));
+  }
+  if (!loaded.empty() && loaded.back()["role"] == "user")
+    fail("the saved conversation ends with a user message; it must end after an assistant reply");
+  // Rendered as the next turn would render it, so a conversation that cannot go on fails now (an
+  // empty one is a new conversation).
+  if (!loaded.empty()) {
+    const nlohmann::ordered_json request = {{"messages", loaded}, {"add_generation_prompt", true},
+                                            {"enable_thinking", thinking_}};
+    const size_t tokens = tokenizer_.encode(template_.render(request)).size();
+    if (int64_t(tokens) >= context_size())
+      fail("the saved conversation ({} tokens) does not fit the context of {} tokens; ask for a larger --ctx",
+           tokens, context_size());
+  }
+  system_ = std::move(system);
+  messages_ = std::move(loaded);
+}
+
 AssistantReply ChatSession::send(const std::string& user_text, const SamplingParams& sampling, int max_tokens,
                                  const TokenCallback& on_text) {
   messages_.push_back({{"role", "user"}, {"content", user_text}});

@@ -50,7 +50,15 @@ class ChatSession {
   const ChatTurnStats& last_turn() const { return last_; }
   int tokens_in_context() const { return int(generator_.cached_tokens().size()); }
   int context_size() const { return generator_.engine().context_size(); }
+  // The conversation as OpenAI's "messages": system, user and assistant turns (an assistant turn's
+  // thinking in "reasoning_content"), which `megaqwen chat` saves with /save.
   const nlohmann::ordered_json& messages() const { return messages_; }
+  // Replaces the conversation with saved messages (as messages() gives them). They are checked (an
+  // array of objects with a role of system / user / assistant and text content, the system message
+  // first, no other keys, ending after an assistant reply or the system message) and rendered once,
+  // so that a list the template refuses or the context cannot hold fails here with Error, leaving the
+  // session as it was. The next turn prefills them (what the cache does not already hold).
+  void load_messages(const nlohmann::ordered_json& messages);
 
  private:
   Generator generator_;
