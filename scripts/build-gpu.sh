@@ -2,6 +2,7 @@
 # Builds, on this (GPU-less) machine, what scripts/gpu-check.sh runs on the GPU machine, where none of
 # our Debian -dev libraries exist and nothing can be installed:
 #   build-gpu/bin/megaqwen, build-gpu/bin/test_cuda   Release, sm_90a machine code + compute_80 PTX,
+#   (and bench_engine_state where Google Benchmark is installed)
 #                                                      no -march=native, libstdc++/libgcc linked statically
 #   build-gpu/lib/                                     the non-system shared libraries they load (fmt,
 #                                                      pcre2, utf8proc, libedit, libbsd, libmd, ...)
@@ -25,6 +26,12 @@ cmake --build "$tree" -j "$jobs" --target megaqwen_cli test_cuda
 rm -rf build-gpu
 mkdir -p build-gpu/bin build-gpu/lib
 cp "$tree/megaqwen" "$tree/tests/cuda/test_cuda" build-gpu/bin/
+# Optional: the save/restore timings (Google Benchmark; gpu-check's bench stage runs it when present).
+if cmake --build "$tree" -j "$jobs" --target bench_engine_state >/dev/null 2>&1; then
+  cp "$tree/bench/engine/bench_engine_state" build-gpu/bin/
+else
+  echo "build-gpu.sh: bench_engine_state not built (no Google Benchmark); gpu-check skips its copy timings" >&2
+fi
 # Everything ldd resolves outside the C library, the dynamic loader and the driver goes along.
 for bin in build-gpu/bin/*; do ldd "$bin"; done | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

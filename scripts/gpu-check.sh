@@ -9,7 +9,8 @@
 #   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
 #   model     megaqwen synth --preset qwen3-0.6b (the benchmark and full-size test model)
 #   tests     build-gpu/bin/test_cuda (the ctest label gpu), run directly; gtest XML kept
-#   bench     megaqwen bench --device cuda, depths 1,512,2048,8192,32768, prompts 512,4096
+#   bench     megaqwen bench --device cuda, depths 1,512,2048,8192,32768, prompts 512,4096; then
+#             bench_engine_state (the prompt cache's save/restore copies on the device) into the log
 #   verify    megaqwen verify (the CPU reference vs both decode kernels: logits, greedy tokens), then
 #             tools/verify_hf.py: logits against transformers in fp32 and bf16, with a verdict
 #   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
@@ -82,7 +83,8 @@ libpath="$root/build-gpu/lib${cublas_dir:+:$cublas_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
 mkdir -p /tmp/mq-bin
-for b in megaqwen test_cuda; do
+for b in megaqwen test_cuda bench_engine_state; do
+  [ -x "$root/build-gpu/bin/$b" ] || continue
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$root/build-gpu/bin/$b" >/tmp/mq-bin/$b
   chmod +x /tmp/mq-bin/$b
 done
@@ -140,6 +142,14 @@ hybrid_stage() {
 bench_stage() {
   $mq bench --model "$model" --device cuda --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
     --repeats 5 --json "$out/bench.json"
+  local rc=$?
+  # The prompt cache's copies on the device (save_state / restore_state of 256 .. 4096 tokens), in the log.
+  if [ -x /tmp/mq-bin/bench_engine_state ]; then
+    echo "ENGINE STATE BENCH (device copies of a saved sequence)"
+    MEGAQWEN_BENCH_MODEL="$model" MEGAQWEN_BENCH_DEVICE=cuda timeout 45 /tmp/mq-bin/bench_engine_state \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true || echo "ENGINE STATE BENCH FAILED"
+  fi
+  return $rc
 }
 verify_stage() {
   local k rc=0
