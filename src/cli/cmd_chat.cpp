@@ -34,7 +34,7 @@ struct ChatArgs {
   std::string system;
   std::string load;
   int max_tokens = 2048;
-  bool no_think = false, plain = false;
+  bool no_think = false, plain = false, no_trim = false;
 };
 
 // Reads one line: libedit with history on a terminal, plain getline otherwise.
@@ -140,6 +140,7 @@ void run_chat(const ChatArgs& a) {
   auto engine = create_engine(model, options);
   ChatSession session(*engine, tokenizer, chat_template, eos);
   session.set_thinking(!a.no_think);
+  session.set_trim(!a.no_trim);
   if (!a.system.empty()) session.set_system_prompt(a.system);
   if (!a.load.empty()) load_conversation(session, a.load);
 
@@ -209,6 +210,9 @@ void run_chat(const ChatArgs& a) {
         return !g_interrupted.load();
       });
       printer.finish();
+      if (session.last_turn().dropped_messages > 0)
+        std::printf("[dropped the %d oldest messages to make room in the context of %d tokens]\n",
+                    session.last_turn().dropped_messages, session.context_size());
       if (session.last_turn().finish == FinishReason::Cancelled) std::printf("[stopped]\n");
       if (session.last_turn().finish == FinishReason::ContextFull)
         std::printf("[the context is full (%d tokens); /reset to start over]\n", session.context_size());
@@ -232,6 +236,9 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--no-think", a->no_think, "Start with thinking off (same as /no_think)");
   cmd->add_flag("--plain", a->plain, "No line editing or colours, even on a terminal");
+  cmd->add_flag("--no-trim", a->no_trim,
+                "Keep every message: a conversation that outgrows the context is an error (by default the oldest "
+                "exchanges are dropped to make room, the system prompt kept)");
   a->sampling.add_to(cmd);
   cmd->callback([a] { run_chat(*a); });
 }

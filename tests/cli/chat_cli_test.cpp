@@ -85,6 +85,20 @@ TEST_F(ChatCli, OverlongMessageIsReportedAndTheSessionGoesOn) {
   EXPECT_NE(out.find("[stats]"), std::string::npos);
 }
 
+// A conversation outgrowing the context drops its oldest exchange and says so; --no-trim makes it an
+// error instead.
+TEST_F(ChatCli, OutgrowingTheContextDropsTheOldestExchange) {
+  std::string script;
+  for (const char* n : {"one", "two", "three", "four", "five"}) script += std::string("Question ") + n + " about rivers?\n";
+  const std::string trimmed = chat(script, "-n 4 --greedy --ctx 80 --no-think --device cpu");
+  EXPECT_NE(trimmed.find("[dropped the 2 oldest messages to make room in the context of 80 tokens]"), std::string::npos)
+      << trimmed;
+  EXPECT_EQ(trimmed.find("no longer fits"), std::string::npos) << trimmed;
+  const std::string strict = chat(script, "-n 4 --greedy --ctx 80 --no-think --no-trim --device cpu");
+  EXPECT_NE(strict.find("no longer fits the context of 80 tokens"), std::string::npos) << strict;
+  EXPECT_EQ(strict.find("[dropped"), std::string::npos) << strict;
+}
+
 // /save writes the conversation as {"messages": [...]}; /load (and --load at start) continues it,
 // with the same next reply as the session that never stopped (greedy).
 TEST_F(ChatCli, SavedConversationsLoadAndContinue) {

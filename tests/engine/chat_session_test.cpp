@@ -167,6 +167,47 @@ TEST_F(ChatSessionTest, MalformedSavedConversationsAreRefused) {
   EXPECT_TRUE(chat.messages().empty());
 }
 
+// A conversation outgrowing the context drops its oldest exchanges (the system prompt and the new
+// message kept) so the reply keeps min(max_tokens, context / 4) tokens of room; with trimming off it
+// is an error and nothing changes.
+TEST_F(ChatSessionTest, OldestExchangesAreDroppedToMakeRoom) {
+  auto model = load_model(dir_->string());
+  CpuEngine engine(model, {.context = 96, .threads = 2});
+  ChatSession chat(engine, Tokenizer::load(*dir_), ChatTemplate::load(*dir_), {151645, 151643});
+  chat.set_system_prompt("Be brief.");
+  chat.set_thinking(false);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  int dropped_total = 0;
+  for (int turn = 0; turn < 8; ++turn) {
+    chat.send("Question number " + std::to_string(turn) + " about rivers?", greedy, 6, {});
+    const ChatTurnStats& t = chat.last_turn();
+    dropped_total += t.dropped_messages;
+    EXPECT_LE(t.prompt_tokens + 6, 96) << "turn " << turn;
+    EXPECT_EQ(t.dropped_messages % 2, 0);  // whole exchanges
+    EXPECT_EQ(chat.messages()[0]["role"], "system");
+    EXPECT_EQ(chat.messages()[1]["role"], "user");
+    EXPECT_EQ(chat.messages()[chat.messages().size() - 2]["content"],
+              "Question number " + std::to_string(turn) + " about rivers?");
+  }
+  EXPECT_GT(dropped_total, 0);
+  EXPECT_EQ(int(chat.messages().size()) + dropped_total, 1 + 2 * 8);
+
+  chat.set_trim(false);
+  const nlohmann::ordered_json before = chat.messages();
+  int failed_at = -1;
+  for (int turn = 0; turn < 8 && failed_at < 0; ++turn) {
+    try {
+      chat.send("Another question " + std::to_string(turn) + " about lakes and seas?", greedy, 6, {});
+      EXPECT_EQ(chat.last_turn().dropped_messages, 0);
+    } catch (const Error& e) {
+      failed_at = turn;
+      EXPECT_NE(std::string(e.what()).find("no longer fits the context"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(failed_at, 0) << "without trimming the conversation should outgrow 96 tokens";
+}
+
 TEST_F(ChatSessionTest, ConversationLongerThanTheContextIsAClearError) {
   auto model = load_model(dir_->string());
   CpuEngine engine(model, {.context = 32, .threads = 1});

@@ -112,17 +112,33 @@ void ChatSession::load_messages(const nlohmann::ordered_json& messages) {
 
 AssistantReply ChatSession::send(const std::string& user_text, const SamplingParams& sampling, int max_tokens,
                                  const TokenCallback& on_text) {
+  const nlohmann::ordered_json before = messages_;
   messages_.push_back({{"role", "user"}, {"content", user_text}});
-  nlohmann::ordered_json request = {{"messages", messages_}, {"add_generation_prompt", true},
-                                    {"enable_thinking", thinking_}};
+  auto render = [&] {
+    const nlohmann::ordered_json request = {{"messages", messages_}, {"add_generation_prompt", true},
+                                            {"enable_thinking", thinking_}};
+    return tokenizer_.encode(template_.render(request));
+  };
   GenerationRequest req;
+  int dropped = 0;
   try {
-    req.prompt = tokenizer_.encode(template_.render(request));
+    req.prompt = render();
+    // Room for the reply: drop the oldest exchange until there is (the system prompt and the new
+    // message stay). The cache then only keeps the system prompt's prefix: the rest is prefilled again.
+    const int64_t reserve = std::min<int64_t>(max_tokens, context_size() / 4);
+    const size_t first = !messages_.empty() && messages_[0]["role"] == "system" ? 1 : 0;
+    while (trim_ && int64_t(req.prompt.size()) + reserve > context_size() && first + 1 < messages_.size()) {
+      size_t end = first + 1;  // one exchange: the oldest message and the replies up to the next user message
+      while (end + 1 < messages_.size() && messages_[end]["role"] != "user") ++end;
+      dropped += int(end - first);
+      messages_.erase(messages_.begin() + ptrdiff_t(first), messages_.begin() + ptrdiff_t(end));
+      req.prompt = render();
+    }
     if (int64_t(req.prompt.size()) >= context_size())
       fail("the conversation ({} tokens) no longer fits the context of {} tokens; /reset to start over",
            req.prompt.size(), context_size());
   } catch (...) {
-    messages_.erase(messages_.size() - 1);
+    messages_ = before;
     throw;
   }
   req.max_tokens = max_tokens;
@@ -137,7 +153,8 @@ AssistantReply ChatSession::send(const std::string& user_text, const SamplingPar
   if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
   messages_.push_back(std::move(message));
 
-  last_ = {int(req.prompt.size()), r.reused_tokens, int(r.tokens.size()), r.prefill_seconds, r.decode_seconds, r.finish};
+  last_ = {int(req.prompt.size()), r.reused_tokens, int(r.tokens.size()), r.prefill_seconds, r.decode_seconds, r.finish,
+           dropped};
   return reply;
 }
 

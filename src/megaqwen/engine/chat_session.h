@@ -30,6 +30,7 @@ struct ChatTurnStats {
   int generated_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   FinishReason finish = FinishReason::Length;
+  int dropped_messages = 0;  // oldest messages dropped to make room (set_trim)
 };
 
 class ChatSession {
@@ -40,6 +41,11 @@ class ChatSession {
   void reset();                                             // forget the conversation (keeps the system prompt)
   void set_thinking(bool on) { thinking_ = on; }
   bool thinking() const { return thinking_; }
+  // With trimming on (the default), a turn whose prompt would leave the reply less than
+  // min(max_tokens, context / 4) tokens first drops the oldest exchanges (a user message and the
+  // replies after it; never the system prompt or the new message), and last_turn() says how many
+  // messages went. Off: such a turn fails, as one that cannot fit even alone always does.
+  void set_trim(bool on) { trim_ = on; }
 
   // Adds the user's message, generates the reply (streamed through on_text), and stores the reply in
   // the history. `sampling` is used as given. Throws Error when the conversation no longer fits the
@@ -68,6 +74,7 @@ class ChatSession {
   std::optional<std::string> system_;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   bool thinking_ = true;
+  bool trim_ = true;
   ChatTurnStats last_;
 };
 
