@@ -205,6 +205,67 @@ TEST_P(PromptCacheTest, ZeroBudgetTurnsTheCacheOff) {
   EXPECT_THROW(PromptCache(host_cache(1, 0)), Error);
 }
 
+// An engine whose copies fail on demand (as an allocation that runs out would), around a real one.
+class FailingCopies final : public Engine {
+ public:
+  explicit FailingCopies(Engine& inner) : inner_(inner) {}
+  bool fail_saves = false, fail_restores = false;
+
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::string device_name() const override { return inner_.device_name(); }
+  int context_size() const override { return inner_.context_size(); }
+  int position() const override { return inner_.position(); }
+  std::span<const float> prefill(std::span<const int32_t> t) override { return inner_.prefill(t); }
+  void prefill_all_logits(std::span<const int32_t> t, std::vector<float>& out) override {
+    inner_.prefill_all_logits(t, out);
+  }
+  std::span<const float> decode(int32_t token) override { return inner_.decode(token); }
+  void truncate(int n) override { inner_.truncate(n); }
+  void fill_cache_with_noise(int n) override { inner_.fill_cache_with_noise(n); }
+  uint64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
+  std::unique_ptr<EngineState> save_state() override {
+    if (fail_saves) fail("out of memory (injected)");
+    return inner_.save_state();
+  }
+  void restore_state(const EngineState& s) override {
+    if (fail_restores) {
+      inner_.truncate(0);  // half done, as a copy that stopped midway
+      fail("out of memory (injected)");
+    }
+    inner_.restore_state(s);
+  }
+
+ private:
+  Engine& inner_;
+};
+
+// A save or restore that fails costs the request only the reuse: it runs, from an empty cache after a
+// failed restore, and generates what it generates without the cache.
+TEST_P(PromptCacheTest, FailedCopiesAreSkipped) {
+  auto inner = engine();
+  FailingCopies e(*inner);
+  Generator g(e);
+  PromptCache cache(host_cache(1u << 30, 8));
+  run(cache, g, greedy(ids(1, 30)));
+  e.fail_saves = true;
+  run(cache, g, greedy(ids(2, 30)));
+  EXPECT_EQ(cache.stats().errors, 1);
+  EXPECT_EQ(cache.stats().saves, 0);
+  e.fail_saves = false;
+  run(cache, g, greedy(ids(3, 30)));  // saves conversation 2
+  const GenerationRequest b2 = greedy(concat(ids(2, 30), ids(4, 5)));
+  e.fail_restores = true;
+  EXPECT_EQ(cache.prepare(g, b2), 0);
+  EXPECT_EQ(cache.stats().errors, 2);
+  EXPECT_TRUE(g.cached_tokens().empty());
+  EXPECT_EQ(e.position(), 0);
+  const GenerationResult rb2 = g.run(b2);
+  EXPECT_EQ(rb2.reused_tokens, 0);
+  auto alone_engine = engine();
+  Generator alone(*alone_engine);
+  EXPECT_EQ(rb2.tokens, alone.run(b2).tokens);
+}
+
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = info.param;
   std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');

@@ -64,12 +64,28 @@ int PromptCache::prepare(Generator& generator, const GenerationRequest& request)
         restored = int(best_shared);
       }
     }
-    if (!continues && resident.size() >= kept + min_tokens) save_resident(generator, budget);
+    // A copy that fails (memory ran out between the check and the allocation) costs the request
+    // nothing but the reuse: a failed save changes nothing, a failed restore leaves the cache empty.
+    if (!continues && resident.size() >= kept + min_tokens) {
+      try {
+        save_resident(generator, budget);
+      } catch (const std::exception&) {
+        std::lock_guard lock(mutex_);
+        ++stats_.errors;
+      }
+    }
     if (chosen) {
-      generator.restore(chosen->sequence);
-      std::lock_guard lock(mutex_);
-      ++stats_.restores;
-      stats_.restored_tokens += restored;
+      try {
+        generator.restore(chosen->sequence);
+        std::lock_guard lock(mutex_);
+        ++stats_.restores;
+        stats_.restored_tokens += restored;
+      } catch (const std::exception&) {
+        generator.reset();
+        restored = 0;
+        std::lock_guard lock(mutex_);
+        ++stats_.errors;
+      }
     }
   }
   resident_prompt_tokens_ = prompt.size();

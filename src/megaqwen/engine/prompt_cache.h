@@ -41,6 +41,7 @@ struct PromptCacheStats {
   uint64_t bytes = 0;
   long long saves = 0, restores = 0, restored_tokens = 0, evictions = 0;
   long long skipped_for_memory = 0;  // saves left out: the machine had too little memory available
+  long long errors = 0;              // saves or restores that failed (the request went on without them)
 };
 
 class PromptCache {
@@ -49,8 +50,8 @@ class PromptCache {
   explicit PromptCache(PromptCacheOptions options = {}, StateMemory memory = StateMemory::Host);
 
   // Call before generator.run(request). Returns the prompt tokens a restored sequence provides (0
-  // when none was restored). Errors from the engine's copies propagate; the generator then holds
-  // either its old sequence or the restored one, never a mix.
+  // when none was restored). A save or restore that fails is counted in stats().errors and skipped:
+  // the generator then holds its own sequence, or (a failed restore) nothing.
   int prepare(Generator& generator, const GenerationRequest& request);
   // After a failed request (the scheduler resets the generator): the resident sequence is gone.
   void forget_resident() { resident_prompt_tokens_ = 0; }

@@ -73,6 +73,8 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   out += fmt::format("megaqwen_prompt_cache_evictions_total {}\n", prompt_cache.evictions);
   family("megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because too little memory was free.");
   out += fmt::format("megaqwen_prompt_cache_skipped_total {}\n", prompt_cache.skipped_for_memory);
+  family("megaqwen_prompt_cache_errors_total", "counter", "Saves or restores that failed (the request went on).");
+  out += fmt::format("megaqwen_prompt_cache_errors_total {}\n", prompt_cache.errors);
   family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
   long long cumulative = 0;
   for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
