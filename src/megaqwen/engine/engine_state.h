@@ -1,5 +1,5 @@
-// EngineState: a copy of the sequence an engine's cache holds (every KV row up to
-// position() and any recurrent state), made by Engine::save_state() and put back by restore_state().
+// EngineState: a copy of the sequence an engine's cache holds (every KV row up to position() and any
+// recurrent state), made by Engine::save_state() and put back by restore_state().
 // The server's prompt cache keeps such copies of the conversations it has set aside, so a client who
 // comes back after another client's request does not pay for its whole prompt again. Copying a cache
 // costs a memcpy of its rows (on a GPU, a device-to-device copy), far less than prefilling the tokens.
