@@ -1,8 +1,9 @@
 // megaqwen chat: an interactive multi-turn chat in the terminal. Streams the answer, shows thinking
 // dimmed, reuses the KV cache of earlier turns, and takes commands (/think, /no_think, /reset,
 // /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
-// shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server. Ctrl-C stops the current answer, not the program. With stdin not a
-// terminal it reads one user message per line, so a scripted session is a test.
+// shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server. Ctrl-C
+// stops the current answer, not the program. With stdin not a terminal it reads one user message per
+// line, so a scripted session is a test.
 #include <editline/readline.h>
 #include <signal.h>
 #include <unistd.h>
@@ -188,6 +189,10 @@ void run_chat(const ChatArgs& a) {
       } catch (const Error& e) {
         std::printf("[error: %s]\n", e.what());
       }
+      continue;
+    }
+    if (line == "/save" || line == "/load") {
+      std::printf("[usage: %s FILE]\n", line.c_str());
       continue;
     }
     if (line == "/stats") {

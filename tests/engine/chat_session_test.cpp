@@ -160,8 +160,17 @@ TEST_F(ChatSessionTest, MalformedSavedConversationsAreRefused) {
   for (int i = 0; i < 100; ++i) words += "word" + std::to_string(i) + " ";
   too_long.push_back({{"role", "user"}, {"content", words}});
   too_long.push_back({{"role", "assistant"}, {"content", "ok"}});
+  chat.set_trim(false);
   EXPECT_THROW(chat.load_messages(too_long), Error);
   EXPECT_EQ(chat.messages(), before);
+  // With trimming on it loads, and the next turn drops it to make room.
+  chat.set_trim(true);
+  chat.load_messages(too_long);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  chat.send("hi", greedy, 4, {});
+  EXPECT_EQ(chat.last_turn().dropped_messages, 2);
+  EXPECT_EQ(chat.messages().size(), 2u);  // the new message and its reply
   // An empty list is an empty conversation (no system prompt either).
   chat.load_messages(nlohmann::ordered_json::array());
   EXPECT_TRUE(chat.messages().empty());

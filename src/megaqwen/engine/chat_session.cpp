@@ -97,12 +97,13 @@ void ChatSession::load_messages(const nlohmann::ordered_json& messages) {
   if (!loaded.empty() && loaded.back()["role"] == "user")
     fail("the saved conversation ends with a user message; it must end after an assistant reply");
   // Rendered as the next turn would render it, so a conversation that cannot go on fails now (an
-  // empty one is a new conversation).
+  // empty one is a new conversation; with trimming on, one too long for the context is trimmed by
+  // the next turn).
   if (!loaded.empty()) {
     const nlohmann::ordered_json request = {{"messages", loaded}, {"add_generation_prompt", true},
                                             {"enable_thinking", thinking_}};
     const size_t tokens = tokenizer_.encode(template_.render(request)).size();
-    if (int64_t(tokens) >= context_size())
+    if (!trim_ && int64_t(tokens) >= context_size())
       fail("the saved conversation ({} tokens) does not fit the context of {} tokens; ask for a larger --ctx",
            tokens, context_size());
   }

@@ -62,8 +62,9 @@ class ChatSession {
   // Replaces the conversation with saved messages (as messages() gives them). They are checked (an
   // array of objects with a role of system / user / assistant and text content, the system message
   // first, no other keys, ending after an assistant reply or the system message) and rendered once,
-  // so that a list the template refuses or the context cannot hold fails here with Error, leaving the
-  // session as it was. The next turn prefills them (what the cache does not already hold).
+  // so that a list the template refuses (or, with trimming off, the context cannot hold) fails here
+  // with Error, leaving the session as it was. The next turn prefills them (what the cache does not
+  // already hold), trimming the oldest exchanges first if they do not fit.
   void load_messages(const nlohmann::ordered_json& messages);
 
  private:
