@@ -26,6 +26,7 @@ constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 
 PromptCache::PromptCache(PromptCacheOptions options, StateMemory memory) : options_(options) {
   stats_.memory = memory;
+  stats_.budget_bytes = memory == StateMemory::Host ? options_.host_budget_bytes : options_.device_budget_bytes;
   if (options_.min_tokens < 1) fail("the prompt cache's min_tokens must be >= 1, got {}", options_.min_tokens);
   if (options_.max_entries < 1) fail("the prompt cache's max_entries must be >= 1, got {}", options_.max_entries);
 }

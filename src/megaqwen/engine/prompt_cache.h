@@ -37,6 +37,7 @@ struct PromptCacheOptions {
 
 struct PromptCacheStats {
   StateMemory memory = StateMemory::Host;  // where the entries live (the engine's state_memory())
+  uint64_t budget_bytes = 0;               // the budget of that memory
   size_t entries = 0;
   uint64_t bytes = 0;
   long long saves = 0, restores = 0, restored_tokens = 0, evictions = 0;

@@ -1,5 +1,7 @@
 #include "megaqwen/server/metrics.h"
 
+#include <array>
+
 #include <fmt/format.h>
 
 namespace megaqwen::server {
@@ -39,42 +41,46 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   family("megaqwen_requests_total", "counter", "HTTP requests by endpoint and status code.");
   for (const auto& [key, count] : requests_)
     out += fmt::format("megaqwen_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
-  family("megaqwen_generations_total", "counter", "Generations run on the engine.");
-  out += fmt::format("megaqwen_generations_total {}\n", generations_);
-  family("megaqwen_generations_cancelled_total", "counter", "Generations stopped by a client disconnect or timeout.");
-  out += fmt::format("megaqwen_generations_cancelled_total {}\n", cancelled_);
-  family("megaqwen_prompt_tokens_total", "counter", "Prompt tokens of all generations.");
-  out += fmt::format("megaqwen_prompt_tokens_total {}\n", prompt_tokens_);
-  family("megaqwen_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the KV cache (not prefilled).");
-  out += fmt::format("megaqwen_cached_prompt_tokens_total {}\n", cached_tokens_);
-  family("megaqwen_generated_tokens_total", "counter", "Generated tokens.");
-  out += fmt::format("megaqwen_generated_tokens_total {}\n", generated_tokens_);
-  family("megaqwen_decode_seconds_total", "counter", "Seconds spent decoding.");
-  out += fmt::format("megaqwen_decode_seconds_total {:.6f}\n", decode_seconds_total_);
-  family("megaqwen_decode_tokens_per_second", "gauge", "Decode speed of the last generation.");
-  out += fmt::format("megaqwen_decode_tokens_per_second {:.3f}\n", last_decode_tokens_per_second_);
-  family("megaqwen_queue_depth", "gauge", "Requests waiting for the engine.");
-  out += fmt::format("megaqwen_queue_depth {}\n", queue_depth);
-  family("megaqwen_requests_running", "gauge", "Requests being generated (0 or 1: one sequence at a time).");
-  out += fmt::format("megaqwen_requests_running {}\n", running);
-  family("megaqwen_prompt_cache_entries", "gauge", "Conversations set aside in the prompt cache (--cache-ram).");
-  out += fmt::format("megaqwen_prompt_cache_entries {}\n", prompt_cache.entries);
+  auto n = [](auto v) { return fmt::format("{}", v); };
+  const PromptCacheStats& pc = prompt_cache;
+  // The unlabelled samples: name, type, help, value (formatted).
+  const std::array<std::array<std::string, 4>, 17> singles = {{
+      {"megaqwen_generations_total", "counter", "Generations run on the engine.", n(generations_)},
+      {"megaqwen_generations_cancelled_total", "counter", "Generations stopped by a client disconnect or timeout.",
+       n(cancelled_)},
+      {"megaqwen_prompt_tokens_total", "counter", "Prompt tokens of all generations.", n(prompt_tokens_)},
+      {"megaqwen_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the KV cache (not prefilled).",
+       n(cached_tokens_)},
+      {"megaqwen_generated_tokens_total", "counter", "Generated tokens.", n(generated_tokens_)},
+      {"megaqwen_decode_seconds_total", "counter", "Seconds spent decoding.",
+       fmt::format("{:.6f}", decode_seconds_total_)},
+      {"megaqwen_decode_tokens_per_second", "gauge", "Decode speed of the last generation.",
+       fmt::format("{:.3f}", last_decode_tokens_per_second_)},
+      {"megaqwen_queue_depth", "gauge", "Requests waiting for the engine.", n(queue_depth)},
+      {"megaqwen_requests_running", "gauge", "Requests being generated (0 or 1: one sequence at a time).", n(running)},
+      {"megaqwen_prompt_cache_entries", "gauge", "Conversations set aside in the prompt cache.", n(pc.entries)},
+      {"megaqwen_prompt_cache_saves_total", "counter", "Sequences copied out of the engine into the prompt cache.",
+       n(pc.saves)},
+      {"megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the cache.",
+       n(pc.restores)},
+      {"megaqwen_prompt_cache_restored_tokens_total", "counter", "Prompt tokens the restored sequences provided.",
+       n(pc.restored_tokens)},
+      {"megaqwen_prompt_cache_evictions_total", "counter", "Sequences dropped to stay within the budget.",
+       n(pc.evictions)},
+      {"megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because too little memory was free.",
+       n(pc.skipped_for_memory)},
+      {"megaqwen_prompt_cache_errors_total", "counter", "Saves or restores that failed (the request went on).",
+       n(pc.errors)},
+      {"megaqwen_prompt_cache_budget_bytes", "gauge", "The prompt cache's memory budget (--cache-ram / --cache-vram).",
+       n(pc.budget_bytes)},
+  }};
+  for (const auto& [name, type, help, value] : singles) {
+    family(name.c_str(), type.c_str(), help.c_str());
+    out += fmt::format("{} {}\n", name, value);
+  }
   family("megaqwen_prompt_cache_bytes", "gauge",
          "Memory held by the prompt cache (host for CPU engines, device for CUDA ones).");
-  out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"{}\"}} {}\n", state_memory_name(prompt_cache.memory),
-                     prompt_cache.bytes);
-  family("megaqwen_prompt_cache_saves_total", "counter", "Sequences copied out of the engine into the prompt cache.");
-  out += fmt::format("megaqwen_prompt_cache_saves_total {}\n", prompt_cache.saves);
-  family("megaqwen_prompt_cache_restores_total", "counter", "Sequences put back into the engine from the cache.");
-  out += fmt::format("megaqwen_prompt_cache_restores_total {}\n", prompt_cache.restores);
-  family("megaqwen_prompt_cache_restored_tokens_total", "counter", "Prompt tokens the restored sequences provided.");
-  out += fmt::format("megaqwen_prompt_cache_restored_tokens_total {}\n", prompt_cache.restored_tokens);
-  family("megaqwen_prompt_cache_evictions_total", "counter", "Sequences dropped to stay within the budget.");
-  out += fmt::format("megaqwen_prompt_cache_evictions_total {}\n", prompt_cache.evictions);
-  family("megaqwen_prompt_cache_skipped_total", "counter", "Saves left out because too little memory was free.");
-  out += fmt::format("megaqwen_prompt_cache_skipped_total {}\n", prompt_cache.skipped_for_memory);
-  family("megaqwen_prompt_cache_errors_total", "counter", "Saves or restores that failed (the request went on).");
-  out += fmt::format("megaqwen_prompt_cache_errors_total {}\n", prompt_cache.errors);
+  out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"{}\"}} {}\n", state_memory_name(pc.memory), pc.bytes);
   family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
   long long cumulative = 0;
   for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
