@@ -31,15 +31,14 @@ PromptCache::PromptCache(PromptCacheOptions options, StateMemory memory) : optio
   if (options_.max_entries < 1) fail("the prompt cache's max_entries must be >= 1, got {}", options_.max_entries);
 }
 
-uint64_t PromptCache::budget_for(const Engine& engine) const {
-  return engine.state_memory() == StateMemory::Host ? options_.host_budget_bytes : options_.device_budget_bytes;
-}
-
 int PromptCache::prepare(Generator& generator, const GenerationRequest& request) {
   const std::vector<int32_t>& prompt = request.prompt;
   const size_t min_tokens = size_t(options_.min_tokens);
   int restored = 0;
-  const uint64_t budget = budget_for(generator.engine());
+  if (generator.engine().state_memory() != stats_.memory)
+    fail("this prompt cache was made for an engine keeping its states in {} memory, not {}",
+         state_memory_name(stats_.memory), state_memory_name(generator.engine().state_memory()));
+  const uint64_t budget = stats_.budget_bytes;  // constant: read without the lock
   if (budget > 0) {
     // What Generator::run may reuse: never the prompt's last token; nothing when it scores the prompt.
     const size_t usable = request.prompt_logprobs || prompt.empty() ? 0 : prompt.size() - 1;

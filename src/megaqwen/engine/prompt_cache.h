@@ -47,7 +47,7 @@ struct PromptCacheStats {
 
 class PromptCache {
  public:
-  // `memory`: where the engine it serves keeps its states (its state_memory()), for stats().
+  // `memory`: where the engine it serves keeps its states (its state_memory()); it picks the budget.
   explicit PromptCache(PromptCacheOptions options = {}, StateMemory memory = StateMemory::Host);
 
   // Call before generator.run(request). Returns the prompt tokens a restored sequence provides (0
@@ -67,7 +67,6 @@ class PromptCache {
     uint64_t bytes = 0;
   };
 
-  uint64_t budget_for(const Engine& engine) const;
   void save_resident(Generator& generator, uint64_t budget);
   void insert(Entry entry, uint64_t budget);  // takes mutex_
 
