@@ -285,6 +285,26 @@ void CudaEngine::restore_state(const EngineState& saved) {
   position_ = state.position();
 }
 
+std::string CudaEngine::state_format() const { return "cuda-qwen3-bf16"; }
+
+// k and v: [layers, tokens, kv_dim] bf16, as the device cache holds them.
+std::vector<StateTensor> CudaEngine::state_tensors(const EngineState& saved) const {
+  const auto& state = restorable_state<SavedState>(saved, model_.get());
+  const std::vector<int64_t> shape{model_->config.num_layers, state.position(), model_->config.kv_dim()};
+  return {make_state_tensor("k", DType::BF16, shape, to_host(state.k)),
+          make_state_tensor("v", DType::BF16, shape, to_host(state.v))};
+}
+
+std::unique_ptr<EngineState> CudaEngine::state_from_tensors(std::span<const int32_t> tokens,
+                                                            const StateTensorSource& source) const {
+  const int position = int(tokens.size());
+  auto state = std::make_unique<SavedState>(model_.get(), position);
+  const std::vector<int64_t> shape{model_->config.num_layers, position, model_->config.kv_dim()};
+  state->k = to_device(source.read<uint16_t>("k", DType::BF16, shape));
+  state->v = to_device(source.read<uint16_t>("v", DType::BF16, shape));
+  return state;
+}
+
 std::optional<uint64_t> CudaEngine::state_memory_available() const { return device_memory_free(); }
 
 uint64_t CudaEngine::kv_bytes_per_token() const {

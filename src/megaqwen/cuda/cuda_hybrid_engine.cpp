@@ -10,6 +10,7 @@
 #include "megaqwen/cuda/prefill_logits.h"
 #include "megaqwen/engine/cpu_gated_delta_net.h"
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/engine/recurrent_state_tensors.h"
 #include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
 
@@ -498,6 +499,39 @@ void CudaHybridEngine::restore_state(const EngineState& saved) {
   copy_into(conv_state_, state.now.conv, stream_);
   rollback_.load(std::move(snapshots));
   position_ = state.position();
+}
+
+std::string CudaHybridEngine::state_format() const { return "cuda-qwen3.5-bf16"; }
+
+// k and v of the full-attention layers: [full layers, tokens, kv_dim] bf16, as the device cache holds
+// them; then the DeltaNet states and snapshots (recurrent_state_tensors.h), fp32 as on the device.
+std::vector<StateTensor> CudaHybridEngine::state_tensors(const EngineState& saved) const {
+  const auto& state = restorable_state<SavedState>(saved, model_.get());
+  const ModelConfig& c = model_->config;
+  const std::vector<int64_t> shape{c.count_layers(LayerType::FullAttention), state.position(), c.kv_dim()};
+  std::vector<StateTensor> out{make_state_tensor("k", DType::BF16, shape, to_host(state.k)),
+                               make_state_tensor("v", DType::BF16, shape, to_host(state.v))};
+  auto host = [](const DeviceStates& s) { return HostRecurrentStates{to_host(s.recurrent), to_host(s.conv)}; };
+  RecurrentStateTensors states{host(state.now), {}};
+  for (const auto& [position, s] : state.rollback.snapshots) states.snapshots.emplace_back(position, host(s));
+  add_recurrent_state_tensors(out, c, states);
+  return out;
+}
+
+std::unique_ptr<EngineState> CudaHybridEngine::state_from_tensors(std::span<const int32_t> tokens,
+                                                                  const StateTensorSource& source) const {
+  const ModelConfig& c = model_->config;
+  const int position = int(tokens.size());
+  auto state = std::make_unique<SavedState>(model_.get(), position);
+  const std::vector<int64_t> shape{c.count_layers(LayerType::FullAttention), position, c.kv_dim()};
+  state->k = to_device(source.read<uint16_t>("k", DType::BF16, shape));
+  state->v = to_device(source.read<uint16_t>("v", DType::BF16, shape));
+  RecurrentStateTensors states = read_recurrent_state_tensors(source, c, position);
+  auto device = [](const HostRecurrentStates& s) { return DeviceStates{to_device(s.recurrent), to_device(s.conv)}; };
+  state->now = device(states.now);
+  state->rollback.tokens.assign(tokens.begin(), tokens.end());
+  for (const auto& [p, s] : states.snapshots) state->rollback.snapshots.emplace_back(p, device(s));
+  return state;
 }
 
 std::optional<uint64_t> CudaHybridEngine::state_memory_available() const { return device_memory_free(); }

@@ -59,6 +59,10 @@ class CudaHybridEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override;
   std::unique_ptr<EngineState> save_state() override;
   void restore_state(const EngineState& state) override;
+  std::string state_format() const override;
+  std::vector<StateTensor> state_tensors(const EngineState& state) const override;
+  std::unique_ptr<EngineState> state_from_tensors(std::span<const int32_t> tokens,
+                                                  const StateTensorSource& source) const override;
   StateMemory state_memory() const override { return StateMemory::Device; }
   std::optional<uint64_t> state_memory_available() const override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.bytes() + conv_state_.bytes()); }

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/device_buffer.h"
@@ -36,6 +37,21 @@ DeviceBuffer<T> clone(const DeviceBuffer<T>& from, cudaStream_t stream) {
 template <class T>
 void copy_into(DeviceBuffer<T>& to, const DeviceBuffer<T>& from, cudaStream_t stream) {
   copy_cache_rows(to.data(), 0, from.data(), 0, 1, from.size(), 1, stream);
+}
+
+// A buffer's contents in host memory and back (state files: engine/state_file.h). Synchronous: the
+// saved copies they read or fill are complete (copy_cache_rows synchronizes) and no stream uses them.
+template <class T>
+std::vector<T> to_host(const DeviceBuffer<T>& from) {
+  std::vector<T> out(from.size());
+  if (!out.empty()) CUDA_CHECK(cudaMemcpy(out.data(), from.data(), from.bytes(), cudaMemcpyDeviceToHost));
+  return out;
+}
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& from) {
+  DeviceBuffer<T> out(from.size());
+  if (!from.empty()) CUDA_CHECK(cudaMemcpy(out.data(), from.data(), out.bytes(), cudaMemcpyHostToDevice));
+  return out;
 }
 
 }  // namespace megaqwen::cuda

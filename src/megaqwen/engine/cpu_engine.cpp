@@ -96,6 +96,27 @@ void CpuEngine::restore_state(const EngineState& saved) {
   position_ = state.position();
 }
 
+std::string CpuEngine::state_format() const {
+  return bf16_kv_cache_ ? "cpu-qwen3-f32-kv-bf16-rounded" : "cpu-qwen3-f32";
+}
+
+// k and v: [layers, tokens, kv_dim] fp32.
+std::vector<StateTensor> CpuEngine::state_tensors(const EngineState& saved) const {
+  const auto& state = restorable_state<CpuKvState>(saved, model_.get());
+  const std::vector<int64_t> shape{model_->config.num_layers, state.position(), model_->config.kv_dim()};
+  return {make_state_tensor("k", DType::F32, shape, state.k), make_state_tensor("v", DType::F32, shape, state.v)};
+}
+
+std::unique_ptr<EngineState> CpuEngine::state_from_tensors(std::span<const int32_t> tokens,
+                                                           const StateTensorSource& source) const {
+  const int position = int(tokens.size());
+  auto state = std::make_unique<CpuKvState>(model_.get(), position);
+  const std::vector<int64_t> shape{model_->config.num_layers, position, model_->config.kv_dim()};
+  state->k = source.read<float>("k", DType::F32, shape);
+  state->v = source.read<float>("v", DType::F32, shape);
+  return state;
+}
+
 uint64_t CpuEngine::kv_bytes_per_token() const {
   return uint64_t(model_->config.num_layers) * 2 * uint64_t(model_->config.kv_dim()) * sizeof(float);
 }

@@ -37,6 +37,10 @@ class CpuEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override;
   std::unique_ptr<EngineState> save_state() override;
   void restore_state(const EngineState& state) override;
+  std::string state_format() const override;
+  std::vector<StateTensor> state_tensors(const EngineState& state) const override;
+  std::unique_ptr<EngineState> state_from_tensors(std::span<const int32_t> tokens,
+                                                  const StateTensorSource& source) const override;
 
  private:
   // Runs `tokens` at positions position_.. and advances position_. Writes logits for every token to

@@ -155,6 +155,36 @@ void CpuHybridEngine::restore_state(const EngineState& saved) {
   position_ = state.position();
 }
 
+std::string CpuHybridEngine::state_format() const {
+  return bf16_kv_cache_ ? "cpu-qwen3.5-f32-kv-bf16-rounded" : "cpu-qwen3.5-f32";
+}
+
+// k and v of the full-attention layers: [full layers, tokens, kv_dim] fp32; then the DeltaNet
+// states and snapshots (recurrent_state_tensors.h). The rollback's token ids are the sequence's own.
+std::vector<StateTensor> CpuHybridEngine::state_tensors(const EngineState& saved) const {
+  const auto& state = restorable_state<CpuHybridState>(saved, model_.get());
+  const ModelConfig& c = model_->config;
+  const std::vector<int64_t> shape{c.count_layers(LayerType::FullAttention), state.position(), c.kv_dim()};
+  std::vector<StateTensor> out{make_state_tensor("k", DType::F32, shape, state.k),
+                               make_state_tensor("v", DType::F32, shape, state.v)};
+  add_recurrent_state_tensors(out, c, RecurrentStateTensors{state.now, state.rollback.snapshots});
+  return out;
+}
+
+std::unique_ptr<EngineState> CpuHybridEngine::state_from_tensors(std::span<const int32_t> tokens,
+                                                                 const StateTensorSource& source) const {
+  const ModelConfig& c = model_->config;
+  const int position = int(tokens.size());
+  auto state = std::make_unique<CpuHybridState>(model_.get(), position);
+  const std::vector<int64_t> shape{c.count_layers(LayerType::FullAttention), position, c.kv_dim()};
+  state->k = source.read<float>("k", DType::F32, shape);
+  state->v = source.read<float>("v", DType::F32, shape);
+  RecurrentStateTensors states = read_recurrent_state_tensors(source, c, position);
+  state->now = std::move(states.now);
+  state->rollback = SavedRollback<States>{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(states.snapshots)};
+  return state;
+}
+
 void CpuHybridEngine::fill_cache_with_noise(int n) {
   if (n < 0 || n > context_) fail("cannot fill the cache to {} tokens: the context holds {}", n, context_);
   const size_t kv = size_t(model_->config.kv_dim());

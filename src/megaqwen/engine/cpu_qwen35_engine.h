@@ -18,6 +18,7 @@
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/engine/recurrent_rollback.h"
+#include "megaqwen/engine/recurrent_state_tensors.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/thread_pool.h"
 
@@ -25,9 +26,7 @@ namespace megaqwen {
 
 class CpuHybridEngine final : public Engine {
  public:
-  struct States {
-    std::vector<float> recurrent, conv;
-  };
+  using States = HostRecurrentStates;  // recurrent_state_tensors.h
   static constexpr size_t kMaxSnapshots = RecurrentRollback<States>::kMaxSnapshots;
 
   CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOptions options = {});
@@ -45,6 +44,10 @@ class CpuHybridEngine final : public Engine {
   uint64_t kv_bytes_per_token() const override;
   std::unique_ptr<EngineState> save_state() override;
   void restore_state(const EngineState& state) override;
+  std::string state_format() const override;
+  std::vector<StateTensor> state_tensors(const EngineState& state) const override;
+  std::unique_ptr<EngineState> state_from_tensors(std::span<const int32_t> tokens,
+                                                  const StateTensorSource& source) const override;
   uint64_t state_bytes_per_step() const override { return 2 * (recurrent_.size() + conv_state_.size()) * sizeof(float); }
 
   // Positions with a stored snapshot of the DeltaNet states, ascending (for tests and stats).

@@ -20,6 +20,14 @@ void Engine::restore_state(const EngineState&) {
   fail("this engine ({}) cannot restore a saved sequence", device_name());
 }
 
+std::vector<StateTensor> Engine::state_tensors(const EngineState&) const {
+  fail("this engine ({}) cannot write a saved sequence to a file", device_name());
+}
+
+std::unique_ptr<EngineState> Engine::state_from_tensors(std::span<const int32_t>, const StateTensorSource&) const {
+  fail("this engine ({}) cannot read a saved sequence from a file", device_name());
+}
+
 void Engine::check_restorable(const EngineState& state, const Model* model, bool same_kind) const {
   if (!same_kind) fail("cannot restore a saved sequence made by another kind of engine than {}", device_name());
   if (state.model() != model) fail("cannot restore a saved sequence made with another model");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "megaqwen/engine/engine_state.h"
+#include "megaqwen/engine/state_tensors.h"
 #include "megaqwen/model/config.h"
 #include "megaqwen/sampling/logprobs.h"
 #include "megaqwen/sampling/sampler.h"
@@ -70,6 +71,17 @@ class Engine {
   // then, so decoding goes on exactly as it would have. Throws Error, leaving the engine unchanged, for
   // a state of another kind of engine or another model, or one longer than the context.
   virtual void restore_state(const EngineState& state);
+
+  // Optional: saved sequences as files (state_file.h). state_format() names the layout of
+  // state_tensors() ("" where this engine writes none); a file is read back only by an engine of the
+  // same format, over the same weights.
+  virtual std::string state_format() const { return {}; }
+  // One of this engine's saved states as named host tensors (a device copy comes over to the host).
+  virtual std::vector<StateTensor> state_tensors(const EngineState& state) const;
+  // The inverse: the state of a sequence of `tokens` from tensors named and shaped as state_tensors()
+  // writes them (checked by `source`, so a misshapen one fails by name). Restore it with restore_state().
+  virtual std::unique_ptr<EngineState> state_from_tensors(std::span<const int32_t> tokens,
+                                                          const StateTensorSource& source) const;
 
   // Optional: sampling where the logits are (the CUDA engine), so only the token id crosses to the
   // host. sample_on_device() draws from the logits of the latest prefill / decode / decode_only with
