@@ -1,5 +1,7 @@
 // megaqwen generate: one prompt in, tokens streamed out as they come.
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/state_file.h"
 #include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/grammar/json_constraint.h"
 #include "megaqwen/model/model.h"
@@ -29,7 +32,40 @@ struct GenerateArgs {
   std::optional<int> logprobs;
   std::string json_schema;  // JSON text, or @FILE
   bool json_object = false;
+  std::string prompt_cache;  // a state file: read before the prompt, written after the run
+  bool prompt_cache_ro = false;
 };
+
+// --prompt-cache FILE, before the run: the saved sequence in FILE goes back into the engine when it
+// shares a prefix with the prompt (the generator then prefills only the rest). A missing file is
+// fine (the first run makes it); a file for another model or engine is an error naming it.
+void load_prompt_cache(const std::string& path, const Model& model, Generator& generator,
+                       std::span<const int32_t> prompt) {
+  if (!std::filesystem::exists(path)) return;
+  const auto start = std::chrono::steady_clock::now();
+  const StateFile file = StateFile::open(path);
+  size_t shared = 0;
+  while (shared < file.tokens().size() && shared < prompt.size() && file.tokens()[shared] == prompt[shared]) ++shared;
+  if (shared == 0) {
+    std::fprintf(stderr, "megaqwen: prompt cache %s shares no tokens with this prompt: not used\n", path.c_str());
+    return;
+  }
+  generator.restore(file.load(model, generator.engine()));
+  std::fprintf(stderr, "megaqwen: prompt cache %s: %zu of its %zu tokens match the prompt (read in %.2f s)\n",
+               path.c_str(), shared, file.tokens().size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// --prompt-cache FILE, after the run: the sequence in the cache (prompt and reply) written to FILE.
+void save_prompt_cache(const std::string& path, const Model& model, Generator& generator) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<SavedSequence> saved = generator.save();
+  if (!saved) fail("--prompt-cache: this engine ({}) cannot save its cache", generator.engine().device_name());
+  write_state_file(path, model, generator.engine(), *saved);
+  std::fprintf(stderr, "megaqwen: saved %zu tokens to the prompt cache %s (%.1f MB, %.2f s)\n", saved->tokens.size(),
+               path.c_str(), double(std::filesystem::file_size(path)) / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 // --json-schema's grammar: the schema given as JSON text, or read from the file after an @.
 std::shared_ptr<const JsonGrammar> schema_grammar(const std::string& arg) {
@@ -94,6 +130,7 @@ void run_generate(const GenerateArgs& a) {
 
   auto engine = create_engine(model, a.model.engine);
   Generator generator(*engine);
+  if (!a.prompt_cache.empty()) load_prompt_cache(a.prompt_cache, *model, generator, req.prompt);
   GenerationResult r = generator.run(req, [&](int32_t token, std::string_view text) {
     if (text_out) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -106,12 +143,16 @@ void run_generate(const GenerateArgs& a) {
   std::printf("\n");
   std::fflush(stdout);  // the text before the summary on stderr
   const int n = int(r.tokens.size());
+  const int prefilled = r.prompt_tokens - r.reused_tokens;
+  const std::string reused = r.reused_tokens > 0 ? fmt::format(" ({} from the cache)", r.reused_tokens) : "";
   std::fprintf(stderr,
-               "megaqwen: %s | prompt %d tokens, %.1f tok/s prefill | generated %d tokens, %.2f tok/s | "
+               "megaqwen: %s | prompt %d tokens%s, %.1f tok/s prefill | generated %d tokens, %.2f tok/s | "
                "finish: %s\n",
-               engine->device_name().c_str(), r.prompt_tokens, r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), n,
-               n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, finish_reason_name(r.finish));
+               engine->device_name().c_str(), r.prompt_tokens, reused.c_str(),
+               prefilled / std::max(r.prefill_seconds, 1e-9), n, n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0,
+               finish_reason_name(r.finish));
   if (a.logprobs) print_logprobs(r, tokenizer);
+  if (!a.prompt_cache.empty() && !a.prompt_cache_ro) save_prompt_cache(a.prompt_cache, *model, generator);
 }
 
 }  // namespace
@@ -133,6 +174,10 @@ void add_generate_command(CLI::App& app) {
   auto* schema = cmd->add_option("--json-schema", a->json_schema,
                                  "Constrain the output to JSON valid under this JSON Schema (text, or @FILE)");
   cmd->add_flag("--json", a->json_object, "Constrain the output to a JSON object")->excludes(schema);
+  auto* cache = cmd->add_option("--prompt-cache", a->prompt_cache,
+                                 "Keep the KV cache in this file: a later run whose prompt starts the same way "
+                                 "prefills only the rest (written after the run; made on the first)");
+  cmd->add_flag("--prompt-cache-ro", a->prompt_cache_ro, "Read --prompt-cache but do not update it")->needs(cache);
   a->sampling.add_to(cmd);
   cmd->callback([a] { run_generate(*a); });
 }

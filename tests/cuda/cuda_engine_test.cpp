@@ -29,6 +29,7 @@
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/engine/prompt_cache.h"
+#include "megaqwen/engine/state_file.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -215,6 +216,38 @@ TEST_F(CudaEngineTest, SavedSequenceRestoresBitForBit) {
   cpu.prefill(std::span(ids).first(3));
   EXPECT_ERROR_HAS(gpu.restore_state(*cpu.save_state()), "another kind of engine");
   EXPECT_EQ(gpu.position(), 40);
+}
+
+// A sequence written to a state file comes back from the device to the host and into a fresh
+// engine's device cache: decoding goes on bit-for-bit. A CPU engine's file is refused by name, and
+// the CPU engine refuses the GPU's.
+TEST_F(CudaEngineTest, StateFileRoundTripsBitForBit) {
+  const auto ids = random_ids(40, 16);
+  cuda::CudaEngine gpu(model_, {.context = 128});
+  gpu.prefill(std::span(ids).first(20));
+  for (size_t p = 20; p < 25; ++p) gpu.decode(ids[p]);
+  const auto path = test::scratch_dir() / "seq.state";
+  write_state_file(path, *model_, gpu, SavedSequence{std::vector<int32_t>(ids.begin(), ids.begin() + 25), gpu.save_state()});
+  std::vector<std::vector<float>> first;
+  for (size_t p = 25; p < 40; ++p) {
+    auto l = gpu.decode(ids[p]);
+    first.emplace_back(l.begin(), l.end());
+  }
+  const StateFile file = StateFile::open(path);
+  EXPECT_EQ(file.state_format(), "cuda-qwen3-bf16");
+  cuda::CudaEngine fresh(model_, {.context = 64});
+  fresh.restore_state(*file.load(*model_, fresh).state);
+  EXPECT_EQ(fresh.position(), 25);
+  for (size_t p = 25; p < 40; ++p) {
+    auto l = fresh.decode(ids[p]);
+    ASSERT_EQ(std::vector<float>(l.begin(), l.end()), first[p - 25]) << "position " << p;
+  }
+  CpuEngine cpu(model_, {.context = 128, .threads = 1});
+  EXPECT_ERROR_HAS(file.load(*model_, cpu), "another kind of engine");
+  cpu.prefill(std::span(ids).first(3));
+  const auto cpu_path = test::scratch_dir() / "cpu.state";
+  write_state_file(cpu_path, *model_, cpu, SavedSequence{std::vector<int32_t>(ids.begin(), ids.begin() + 3), cpu.save_state()});
+  EXPECT_ERROR_HAS(StateFile::open(cpu_path).load(*model_, gpu), "another kind of engine");
 }
 
 // The server's prompt cache on the GPU engine (device budget): two conversations take turns, and A's

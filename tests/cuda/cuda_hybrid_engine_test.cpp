@@ -35,6 +35,7 @@
 #include "megaqwen/engine/cpu_qwen35_engine.h"
 #include "megaqwen/engine/create_engine.h"
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/state_file.h"
 #include "megaqwen/engine/verify.h"
 #include "megaqwen/util/error.h"
 
@@ -228,7 +229,7 @@ TEST_P(CudaHybridEngineTest, TruncateRestoresSnapshotsAndReplays) {
   const auto at24 = gpu.decode(ids[24]);
   const std::vector<float> first(at24.begin(), at24.end());
   for (size_t i = 25; i < 32; ++i) gpu.decode(ids[i]);
-  EXPECT_EQ(gpu.snapshot_positions(), std::vector<int>({24}));
+  EXPECT_EQ(gpu.snapshot_positions(), std::vector<int>({23, 24}));  // a long call: before its last token too
   gpu.truncate(24);
   EXPECT_EQ(gpu.replayed_tokens(), 0);
   const auto again = gpu.decode(ids[24]);
@@ -291,6 +292,36 @@ TEST_P(CudaHybridEngineTest, SavedSequenceRestoresBitForBitWithItsSnapshots) {
   cpu.prefill_all_logits(std::span(ids).first(30), want);
   for (size_t i = 24; i < 30; ++i)
     EXPECT_LE(relative_max_error(gpu.decode(ids[i]), row(want, i, V())), kSameCacheTolerance) << "position " << i;
+}
+
+// Through a state file (device -> host -> file -> host -> another engine's device): decoding goes on
+// bit-for-bit, and the snapshots came along (a rollback onto one replays nothing).
+TEST_P(CudaHybridEngineTest, StateFileRoundTripsBitForBitWithItsSnapshots) {
+  const auto ids = ids_below(V(), 40, 18);
+  cuda::CudaHybridEngine gpu(model_, exact_options(128));
+  gpu.prefill(std::span(ids).first(16));
+  gpu.prefill(std::span(ids).subspan(16, 8));
+  for (size_t i = 24; i < 28; ++i) gpu.decode(ids[i]);
+  const auto path = test::scratch_dir() / "seq.state";
+  write_state_file(path, *model_, gpu, SavedSequence{std::vector<int32_t>(ids.begin(), ids.begin() + 28), gpu.save_state()});
+  std::vector<std::vector<float>> first;
+  for (size_t i = 28; i < 36; ++i) {
+    auto l = gpu.decode(ids[i]);
+    first.emplace_back(l.begin(), l.end());
+  }
+  const StateFile file = StateFile::open(path);
+  EXPECT_EQ(file.state_format(), "cuda-qwen3.5-bf16");
+  cuda::CudaHybridEngine fresh(model_, exact_options(64));
+  fresh.restore_state(*file.load(*model_, fresh).state);
+  EXPECT_EQ(fresh.snapshot_positions(), std::vector<int>({16, 24}));
+  for (size_t i = 28; i < 36; ++i) {
+    auto l = fresh.decode(ids[i]);
+    ASSERT_EQ(std::vector<float>(l.begin(), l.end()), first[i - 28]) << "position " << i;
+  }
+  fresh.truncate(24);
+  EXPECT_EQ(fresh.replayed_tokens(), 0);
+  CpuHybridEngine cpu(model_, {.context = 128, .threads = 0, .bf16_kv_cache = true});
+  EXPECT_ERROR_HAS(file.load(*model_, cpu), "another kind of engine");
 }
 
 // A bad id or a context overflow fails naming the problem and leaves the engine where it was.

@@ -44,7 +44,7 @@ TEST_F(CpuHybridEngineTest, FixtureLoaded) {
 TEST_F(CpuHybridEngineTest, TruncateRestoresTheRecurrentState) {
   CpuHybridEngine e = engine();
   e.prefill(std::span(ids_).first(20));
-  EXPECT_EQ(e.snapshot_positions(), std::vector<int>{20});
+  EXPECT_EQ(e.snapshot_positions(), (std::vector<int>{19, 20}));  // a long call: before its last token too
   std::vector<std::vector<float>> first;
   for (size_t pos = 20; pos < 40; ++pos) {
     auto l = e.decode(ids_[pos]);
@@ -64,7 +64,7 @@ TEST_F(CpuHybridEngineTest, TruncateRestoresTheRecurrentState) {
   e.truncate(25);
   EXPECT_EQ(e.position(), 25);
   EXPECT_EQ(e.replayed_tokens(), 5);
-  EXPECT_EQ(e.snapshot_positions(), (std::vector<int>{20, 25}));
+  EXPECT_EQ(e.snapshot_positions(), (std::vector<int>{19, 20, 25}));
   for (size_t pos = 25; pos < 40; ++pos)
     EXPECT_LE(relative_max_error(e.decode(ids_[pos]), first[pos - 20]), kLogitTolerance) << "position " << pos;
 
@@ -174,6 +174,25 @@ TEST_F(CpuHybridEngineTest, GeneratorPrefixReuseMatchesFreshEngine) {
   const GenerationResult want = fresh.run(second);
   EXPECT_EQ(want.reused_tokens, 0);
   EXPECT_EQ(r2.tokens, want.tokens);
+}
+
+// The same prompt again (a regenerated reply): the generator keeps all but the prompt's last token and
+// prefills that one anew; a long prefill left a snapshot there, so nothing is replayed, and the greedy
+// reply is the same. A short prompt (no such snapshot) replays from the start, a few tokens.
+TEST_F(CpuHybridEngineTest, SamePromptAgainReplaysNothing) {
+  for (size_t length : {kSnapshotBeforeLastAbove + 14, kSnapshotBeforeLastAbove}) {
+    GenerationRequest request;
+    request.prompt.assign(ids_.begin(), ids_.begin() + ptrdiff_t(length));
+    request.max_tokens = 8;
+    request.sampling.temperature = 0;
+    CpuHybridEngine e = engine();
+    Generator gen(e);
+    const GenerationResult first = gen.run(request);
+    const GenerationResult again = gen.run(request);
+    EXPECT_EQ(again.reused_tokens, int(length) - 1);
+    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(e.replayed_tokens(), length > kSnapshotBeforeLastAbove ? 0 : int64_t(length) - 1) << length;
+  }
 }
 
 }  // namespace

@@ -303,7 +303,7 @@ TEST_P(StateFileTest, MalformedRecurrentStatesAreRefusedByName) {
   expect_doctored_refused([](FileContents& c) { std::erase_if(c.tensors, [](auto& t) { return t.first.name == "recurrent"; }); },
                           "the tensor recurrent is missing");
   expect_doctored_refused([](FileContents& c) {
-    auto& p = c.tensor("snapshot_positions").second;  // {20, 40} -> {40, 20}
+    auto& p = c.tensor("snapshot_positions").second;  // {19, 20, 39, 40} -> {20, 19, 39, 40}
     std::swap_ranges(p.begin(), p.begin() + 4, p.begin() + 4);
   }, "must ascend");
   expect_doctored_refused([](FileContents& c) {

@@ -219,6 +219,12 @@ uint16_t* CudaHybridEngine::v_layer(int slot) {
 
 std::span<const float> CudaHybridEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
+  check_new_tokens(tokens);  // the whole call, before any part of it runs
+  if (tokens.size() > kSnapshotBeforeLastAbove && recurrent_.size() > 0) {
+    forward_prefill(tokens.first(tokens.size() - 1), nullptr);
+    remember_states();  // the same prompt again truncates to here (recurrent_rollback.h)
+    tokens = tokens.last(1);
+  }
   forward_prefill(tokens, nullptr);
   remember_states();
   return step_.logits_to_host(logits_.data(), stream_);

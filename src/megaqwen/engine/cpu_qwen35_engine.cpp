@@ -60,6 +60,12 @@ std::string CpuHybridEngine::device_name() const { return "cpu (" + std::to_stri
 
 std::span<const float> CpuHybridEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
+  check_new_tokens(tokens);  // the whole call, before any part of it runs
+  if (tokens.size() > kSnapshotBeforeLastAbove && !recurrent_.empty()) {
+    forward(tokens.first(tokens.size() - 1), nullptr);
+    remember_states();  // the same prompt again truncates to here (recurrent_rollback.h)
+    tokens = tokens.last(1);
+  }
   forward(tokens, nullptr);
   remember_states();
   return logits_;

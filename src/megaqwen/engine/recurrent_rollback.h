@@ -2,7 +2,8 @@
 // DeltaNet layers: S and the conv window) besides a KV cache. The KV cache is indexed by position, so
 // cutting it is free; a recurrent state summarizes every token so far and cannot be cut. Instead the
 // engine keeps snapshots of its states where a rollback is likely to land (the ends of prefill calls,
-// which Generator's prefix reuse returns to) and the token ids it has seen; rolling back to n restores
+// which Generator's prefix reuse returns to, and one token before the end of a long one) and the token
+// ids it has seen; rolling back to n restores
 // the latest snapshot at or before n and replays the tokens from there to n (exact: the same
 // computation again). At most kMaxSnapshots are kept, the oldest dropped first; without one, replay
 // starts from position 0. State is the engine's copy of its states (host vectors, device buffers).
@@ -22,6 +23,13 @@ namespace megaqwen {
 // Snapshots kept per sequence (~20 MiB each at Qwen3.5-0.8B's shapes); engines count them in their
 // memory plans.
 constexpr size_t kMaxStateSnapshots = 8;
+
+// A prefill call of more tokens than this runs its last token separately and leaves a snapshot one
+// token before its end too: the same prompt sent again (a regenerated reply, a rerun from a state
+// file) comes back to there, because the generator always prefills a prompt's last token anew for
+// its logits. Shorter calls skip it: replaying up to this many tokens costs about what the extra
+// pass over the weights would.
+constexpr size_t kSnapshotBeforeLastAbove = 16;
 
 // A rollback's token ids and snapshots as an engine's save_state() keeps them (RecurrentRollback::save).
 template <class State>
