@@ -1,7 +1,8 @@
 // megaqwen chat: an interactive multi-turn chat in the terminal. Streams the answer, shows thinking
 // dimmed, reuses the KV cache of earlier turns, and takes commands (/think, /no_think, /reset,
 // /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
-// shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server. Ctrl-C
+// shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server;
+// --prompt-cache FILE keeps the KV cache too, so a resumed conversation is not prefilled again. Ctrl-C
 // stops the current answer, not the program. With stdin not a terminal it reads one user message per
 // line, so a scripted session is a test.
 #include <editline/readline.h>
@@ -12,12 +13,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "megaqwen/engine/chat_session.h"
+#include "megaqwen/engine/state_file.h"
 #include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/error.h"
@@ -34,6 +37,7 @@ struct ChatArgs {
   SamplingArgs sampling;
   std::string system;
   std::string load;
+  std::string prompt_cache;  // a state file: read at the start, written at the end
   int max_tokens = 2048;
   bool no_think = false, plain = false, no_trim = false;
 };
@@ -129,6 +133,23 @@ void load_conversation(ChatSession& s, const std::string& path) {
   }
 }
 
+// --prompt-cache FILE at the start: the cache it holds goes back into the session, whose next turn
+// reuses the prefix it shares with the conversation (a resumed one, or the same system prompt).
+void read_prompt_cache(ChatSession& s, const Model& model, const std::string& path) {
+  if (!std::filesystem::exists(path)) return;
+  const StateFile file = StateFile::open(path);
+  s.generator().restore(file.load(model, s.generator().engine()));
+  std::printf("[prompt cache: %zu tokens read from %s]\n", file.tokens().size(), path.c_str());
+}
+
+// --prompt-cache FILE at the end: the conversation's cache written there.
+void write_prompt_cache(ChatSession& s, const Model& model, const std::string& path) {
+  std::optional<SavedSequence> saved = s.generator().save();
+  if (!saved) return;  // nothing in the cache
+  write_state_file(path, model, s.generator().engine(), *saved);
+  std::printf("[prompt cache: %zu tokens saved to %s]\n", saved->tokens.size(), path.c_str());
+}
+
 void run_chat(const ChatArgs& a) {
   auto model = a.model.load();
   Tokenizer tokenizer = Tokenizer::load(model->dir);
@@ -144,6 +165,7 @@ void run_chat(const ChatArgs& a) {
   session.set_trim(!a.no_trim);
   if (!a.system.empty()) session.set_system_prompt(a.system);
   if (!a.load.empty()) load_conversation(session, a.load);
+  if (!a.prompt_cache.empty()) read_prompt_cache(session, *model, a.prompt_cache);
 
   const bool interactive = isatty(STDIN_FILENO) && !a.plain;
   const bool color = isatty(STDOUT_FILENO) && !a.plain;
@@ -228,6 +250,7 @@ void run_chat(const ChatArgs& a) {
     sigaction(SIGINT, &previous, nullptr);
     std::fflush(stdout);
   }
+  if (!a.prompt_cache.empty()) write_prompt_cache(session, *model, a.prompt_cache);
 }
 
 }  // namespace
@@ -238,6 +261,9 @@ void add_chat_command(CLI::App& app) {
   a->model.add_to(cmd);
   cmd->add_option("--system", a->system, "System prompt");
   cmd->add_option("--load", a->load, "Start from a conversation saved with /save (or any {\"messages\": [...]} file)");
+  cmd->add_option("--prompt-cache", a->prompt_cache,
+                  "Keep the conversation's KV cache in this file: read at the start (a resumed conversation, or "
+                  "one with the same system prompt, prefills only what is new), written when the chat ends");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--no-think", a->no_think, "Start with thinking off (same as /no_think)");
   cmd->add_flag("--plain", a->plain, "No line editing or colours, even on a terminal");

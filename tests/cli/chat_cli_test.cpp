@@ -128,5 +128,41 @@ TEST_F(ChatCli, SavedConversationsLoadAndContinue) {
   EXPECT_NE(slurp(dir() / "err.txt").find("cannot read"), std::string::npos) << slurp(dir() / "err.txt");
 }
 
+// --prompt-cache FILE: written when the chat ends; a later chat reads it and its first turn reuses
+// the whole conversation held there (resumed with --load) with the same greedy reply as the session
+// that never stopped. A file from another model is refused by name.
+TEST_F(ChatCli, PromptCacheKeepsTheCacheBetweenSessions) {
+  const std::string cache = (dir() / "chat.state").string();
+  const std::string saved = (dir() / "cached-conversation.json").string();
+  const std::string flags = "-n 5 --greedy --device cpu --threads 2 --prompt-cache " + cache;
+  const std::string out = chat("Hello there\n/save " + saved + "\nAnd then?\n/stats\n", flags);
+  EXPECT_NE(out.find(" tokens saved to " + cache + "]"), std::string::npos) << out;
+  const std::string saved_line = "[saved 2 messages to " + saved + "]\n";
+  const size_t at = out.find(saved_line);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string reply = out.substr(at + saved_line.size(), out.find("[stats]") - at - saved_line.size());
+
+  // Resumed: the first turn's prompt (the two saved messages and the new one) is the prompt of the
+  // first session's second turn, all of it in the cache the file holds (but the last token, which the
+  // generator always prefills anew for its logits).
+  const std::string resumed = chat("And then?\n/stats\n", flags + " --load " + saved);
+  EXPECT_NE(resumed.find("tokens read from " + cache + "]\n" + reply), std::string::npos) << resumed << "\n--\n" << reply;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(resumed, m, std::regex(R"(prompt (\d+) tokens \((\d+) reused)"))) << resumed;
+  EXPECT_GT(std::stoi(m[2]), 10);
+  EXPECT_EQ(std::stoi(m[2]), std::stoi(m[1]) - 1);
+
+  // Another model: refused at the start, naming the file.
+  ASSERT_EQ(sh(std::string(test::megaqwen_binary()) + " synth --preset tiny --seed 4 --out " + (dir() / "other").string() +
+               " --tokenizer " + test::qwen3_tokenizer_dir().string() + " 2>/dev/null"),
+            0);
+  const std::string cmd = std::string(test::megaqwen_binary()) + " chat --device cpu --model " +
+                          (dir() / "other").string() + " --prompt-cache " + cache + " < /dev/null > /dev/null 2> " +
+                          (dir() / "err.txt").string();
+  EXPECT_EQ(sh(cmd), 1);
+  EXPECT_NE(slurp(dir() / "err.txt").find(cache + " was made with another model"), std::string::npos)
+      << slurp(dir() / "err.txt");
+}
+
 }  // namespace
 }  // namespace megaqwen

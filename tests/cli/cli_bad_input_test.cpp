@@ -236,6 +236,37 @@ TEST_F(CliBadInput, GenerateJsonSchemaWritesValidJson) {
 
 // bench on the tiny model: the markdown table on stdout and the JSON record (plan, sampling, one
 // result per test with consistent figures); bad plans end with one error line.
+// generate --prompt-cache FILE: the first run writes the file, the second reuses the prompt from it
+// (the summary says so) and prints the same greedy ids; --prompt-cache-ro leaves the file as it was;
+// a file that is not a state file, or one from another model, is one error line naming it.
+TEST_F(CliBadInput, GeneratePromptCacheReusesThePromptAcrossRuns) {
+  const std::string cache = (work_dir() / "run.state").string();
+  const std::vector<std::string> args = generate(model(), {"--ids", "5 6 7 8 9 10 11 12", "--greedy", "--prompt-cache", cache});
+  const RunResult first = run(args);
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_NE(first.err.find("saved 9 tokens to the prompt cache " + cache), std::string::npos) << first.err;
+  const RunResult second = run(args);
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_EQ(second.out, first.out);
+  EXPECT_NE(second.err.find("prompt 8 tokens (7 from the cache)"), std::string::npos) << second.err;
+
+  const auto written = fs::last_write_time(cache);
+  const std::string before = read_file(cache);
+  std::vector<std::string> read_only = generate(model(), {"--ids", "5 6 7 1", "--greedy", "--prompt-cache", cache,
+                                                          "--prompt-cache-ro"});
+  const RunResult ro = run(read_only);
+  ASSERT_EQ(ro.status, 0) << ro.err;
+  EXPECT_NE(ro.err.find("prompt 4 tokens (3 from the cache)"), std::string::npos) << ro.err;
+  EXPECT_EQ(fs::last_write_time(cache), written);
+  EXPECT_EQ(read_file(cache), before);
+
+  write_file(work_dir() / "junk.state", "not a state file at all");
+  expect_one_error_line(generate(model(), {"--ids", "1 2", "--prompt-cache", (work_dir() / "junk.state").string()}),
+                        {"junk.state"});
+  const fs::path other = variant("other-eps", [](ordered_json& c) { c["rms_norm_eps"] = 1e-3; }, {});
+  expect_one_error_line(generate(other, {"--ids", "5 6", "--prompt-cache", cache}), {cache, "made with another model"});
+}
+
 TEST_F(CliBadInput, BenchWritesTableAndJson) {
   const fs::path json = work_dir() / "bench.json";
   const RunResult r = run({"bench", "-m", model().string(), "-d", "cpu", "-t", "2", "--prompt-len", "8", "--depth", "1,16",

@@ -56,6 +56,9 @@ class ChatSession {
   const ChatTurnStats& last_turn() const { return last_; }
   int tokens_in_context() const { return int(generator_.cached_tokens().size()); }
   int context_size() const { return generator_.engine().context_size(); }
+  // The generator holding the conversation's cache (to save it to a state file, or to put one back:
+  // the next turn then reuses whatever prefix it shares with the rendered conversation).
+  Generator& generator() { return generator_; }
   // The conversation as OpenAI's "messages": system, user and assistant turns (an assistant turn's
   // thinking in "reasoning_content"), which `megaqwen chat` saves with /save.
   const nlohmann::ordered_json& messages() const { return messages_; }
