@@ -24,6 +24,7 @@
 #include "megaqwen/engine/stop_tokens.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/text_file.h"
 
 namespace megaqwen::cli {
 
@@ -35,7 +36,7 @@ void on_sigint(int) { g_interrupted = true; }
 struct ChatArgs {
   ModelArgs model;
   SamplingArgs sampling;
-  std::string system;
+  std::string system, system_file;
   std::string load;
   std::string prompt_cache;  // a state file: read at the start, written at the end
   int max_tokens = 2048;
@@ -163,6 +164,8 @@ void run_chat(const ChatArgs& a) {
   ChatSession session(*engine, tokenizer, chat_template, eos);
   session.set_thinking(!a.no_think);
   session.set_trim(!a.no_trim);
+  if (!a.system.empty() && !a.system_file.empty()) fail("give one of --system TEXT or --system-file FILE");
+  if (!a.system_file.empty()) session.set_system_prompt(read_text_file(a.system_file));
   if (!a.system.empty()) session.set_system_prompt(a.system);
   if (!a.load.empty()) load_conversation(session, a.load);
   if (!a.prompt_cache.empty()) read_prompt_cache(session, *model, a.prompt_cache);
@@ -260,6 +263,7 @@ void add_chat_command(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   a->model.add_to(cmd);
   cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("--system-file", a->system_file, "System prompt read from this file");
   cmd->add_option("--load", a->load, "Start from a conversation saved with /save (or any {\"messages\": [...]} file)");
   cmd->add_option("--prompt-cache", a->prompt_cache,
                   "Keep the conversation's KV cache in this file: read at the start (a resumed conversation, or "

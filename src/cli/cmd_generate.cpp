@@ -25,7 +25,7 @@ namespace {
 struct GenerateArgs {
   ModelArgs model;
   SamplingArgs sampling;
-  std::string prompt, ids;
+  std::string prompt, prompt_file, ids;
   int max_tokens = 128;
   std::vector<std::string> stops;
   bool print_ids = false, ignore_eos = false;
@@ -105,13 +105,15 @@ void print_logprobs(const GenerationResult& r, const std::optional<Tokenizer>& t
 }
 
 void run_generate(const GenerateArgs& a) {
-  if (a.prompt.empty() == a.ids.empty()) fail("give exactly one of --prompt TEXT or --ids \"1 2 3\"");
+  if (int(!a.prompt.empty()) + int(!a.ids.empty()) + int(!a.prompt_file.empty()) != 1)
+    fail("give exactly one of --prompt TEXT, --file FILE or --ids \"1 2 3\"");
+  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
   auto model = a.model.load();
   // Text needs the tokenizer; ids work without one (then ids are printed).
-  std::optional<Tokenizer> tokenizer = load_model_tokenizer(model->dir, !a.prompt.empty() || !a.stops.empty());
+  std::optional<Tokenizer> tokenizer = load_model_tokenizer(model->dir, !prompt.empty() || !a.stops.empty());
 
   GenerationRequest req;
-  req.prompt = a.prompt.empty() ? parse_token_ids(a.ids) : tokenizer->encode(a.prompt);
+  req.prompt = prompt.empty() ? parse_token_ids(a.ids) : tokenizer->encode(prompt);
   if (req.prompt.empty()) fail("the prompt is empty");
   GenerationDefaults defaults = load_generation_defaults(model->dir);
   req.sampling = a.sampling.resolve(defaults.sampling);
@@ -162,6 +164,7 @@ void add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   a->model.add_to(cmd);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (raw, no chat template)");
+  cmd->add_option("-f,--file", a->prompt_file, "Prompt text read from this file");
   cmd->add_option("--ids", a->ids, "Prompt as token ids, e.g. \"151644 872 198\"");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");

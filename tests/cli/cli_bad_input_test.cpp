@@ -548,7 +548,10 @@ TEST_F(CliBadInput, BadTokenIds) {
   expect_one_error_line(generate(model(), {"--ids", "1 2x"}), {"'2x' is not a token id"});
   expect_one_error_line(generate(model(), {"--ids", "99999999999999999999"}), {"'99999999999999999999' is not a token id"});
   expect_one_error_line(generate(model(), {"--ids", " , "}), {"the prompt is empty"});
-  expect_one_error_line(generate(model(), {}), {"give exactly one of --prompt TEXT or --ids"});
+  expect_one_error_line(generate(model(), {}), {"give exactly one of --prompt TEXT, --file FILE or --ids"});
+  expect_one_error_line(generate(model(), {"--ids", "1", "--file", (work_dir() / "missing.txt").string()}),
+                        {"give exactly one of"});
+  expect_one_error_line(generate(model(), {"--file", (work_dir() / "missing.txt").string()}), {"cannot read", "missing.txt"});
   // Text needs a tokenizer, which this folder does not have.
   expect_one_error_line(generate(model(), {"--prompt", "hello"}), {"has no tokenizer", "give --ids instead"});
 }
