@@ -3,8 +3,9 @@
 // /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
 // shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server;
 // --prompt-cache FILE keeps the KV cache too, so a resumed conversation is not prefilled again. Ctrl-C
-// stops the current answer, not the program. With stdin not a terminal it reads one user message per
-// line, so a scripted session is a test.
+// stops the current answer, not the program. A message spans lines when a line ends in a backslash
+// or when it is fenced with """ (pasted text, code). With stdin not a terminal it reads messages the
+// same way, one per line otherwise, so a scripted session is a test.
 #include <editline/readline.h>
 #include <signal.h>
 #include <unistd.h>
@@ -44,9 +45,9 @@ struct ChatArgs {
 };
 
 // Reads one line: libedit with history on a terminal, plain getline otherwise.
-bool read_line(bool interactive, std::string& line) {
+bool read_line(bool interactive, const char* prompt, std::string& line) {
   if (interactive) {
-    char* input = readline(">>> ");
+    char* input = readline(prompt);
     if (!input) return false;
     line = input;
     std::free(input);
@@ -54,6 +55,38 @@ bool read_line(bool interactive, std::string& line) {
     return true;
   }
   return bool(std::getline(std::cin, line));
+}
+
+// Reads one message, which may span lines (a pasted text, code): a line ending in a backslash goes on
+// to the next line, and a message opened with """ runs until a line ending in """ (as in ollama).
+bool read_message(bool interactive, std::string& message) {
+  if (!read_line(interactive, ">>> ", message)) return false;
+  constexpr std::string_view fence = "\"\"\"";
+  if (message.starts_with(fence)) {
+    std::string line = message.substr(fence.size());
+    std::vector<std::string> lines;
+    while (true) {
+      if (line.ends_with(fence)) {
+        lines.push_back(line.substr(0, line.size() - fence.size()));
+        break;
+      }
+      lines.push_back(line);
+      if (!read_line(interactive, "... ", line)) break;
+    }
+    // A fence on a line of its own adds no line.
+    if (lines.size() > 1 && lines.back().empty()) lines.pop_back();
+    if (lines.front().empty()) lines.erase(lines.begin());
+    message.clear();
+    for (size_t i = 0; i < lines.size(); ++i) message += (i ? "\n" : "") + lines[i];
+    return true;
+  }
+  std::string line;
+  while (message.ends_with('\\')) {
+    message.back() = '\n';
+    if (!read_line(interactive, "... ", line)) break;
+    message += line;
+  }
+  return true;
 }
 
 // Prints a streamed reply, dimming the thinking part on a terminal.
@@ -174,7 +207,7 @@ void run_chat(const ChatArgs& a) {
   const bool color = isatty(STDOUT_FILENO) && !a.plain;
   if (interactive)
     std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /save FILE /load FILE /stats "
-                "/quit; Ctrl-C stops an answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
+                "/quit; \"\"\" or a trailing \\ for several lines; Ctrl-C stops an answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -182,7 +215,7 @@ void run_chat(const ChatArgs& a) {
   struct sigaction previous {};
 
   std::string line;
-  while (read_line(interactive, line)) {
+  while (read_message(interactive, line)) {
     if (line.empty()) continue;
     if (line == "/quit" || line == "/exit") break;
     if (line == "/think" || line == "/no_think") {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -126,6 +128,19 @@ TEST_F(ChatCli, SavedConversationsLoadAndContinue) {
                           " < /dev/null > /dev/null 2> " + (dir() / "err.txt").string();
   EXPECT_EQ(sh(cmd), 1);
   EXPECT_NE(slurp(dir() / "err.txt").find("cannot read"), std::string::npos) << slurp(dir() / "err.txt");
+}
+
+// A message spans lines when fenced with """ or continued with a trailing backslash: each arrives
+// as one user message with its newlines (what /save shows).
+TEST_F(ChatCli, MultiLineMessagesArriveWhole) {
+  const std::string saved = (dir() / "multi-line.json").string();
+  chat("\"\"\"\nfirst line\n\n  indented line\n\"\"\"\ncontinued \\\nhere\n\"\"\"one line\"\"\"\n/save " + saved + "\n",
+       "-n 2 --greedy --device cpu");
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(slurp(saved))["messages"];
+  ASSERT_EQ(messages.size(), 6u) << messages.dump();
+  EXPECT_EQ(messages[0]["content"], "first line\n\n  indented line");
+  EXPECT_EQ(messages[2]["content"], "continued \nhere");
+  EXPECT_EQ(messages[4]["content"], "one line");
 }
 
 // --prompt-cache FILE: written when the chat ends; a later chat reads it and its first turn reuses

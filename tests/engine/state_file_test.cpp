@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -295,6 +296,15 @@ TEST_P(StateFileTest, MalformedFilesAreRefusedByName) {
                           "the tensor v is missing");
   expect_doctored_refused([](FileContents& c) { c.tensors.emplace_back(TensorSpec{"extra", DType::U8, {1}}, std::vector<uint8_t>{7}); },
                           "the tensor extra is not part of this engine's state");
+  // Values no cache holds.
+  expect_doctored_refused([](FileContents& c) {
+    const float inf = INFINITY;
+    std::memcpy(c.tensor("v").second.data() + 4 * 5, &inf, 4);
+  }, "the tensor v holds a non-finite value at element 5");
+  expect_doctored_refused([](FileContents& c) {
+    const float nan = NAN;
+    std::memcpy(c.tensor("k").second.data(), &nan, 4);
+  }, "the tensor k holds a non-finite value at element 0");
 }
 
 // The hybrid's DeltaNet part: states and snapshots missing, out of order, beyond the sequence.

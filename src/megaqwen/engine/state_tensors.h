@@ -35,14 +35,19 @@ class StateTensorSource {
   virtual std::span<const uint8_t> get(std::string_view name, DType dtype, std::span<const int64_t> shape) const = 0;
   virtual bool has(std::string_view name) const = 0;
 
-  // get() copied into a vector of T (T's size must match the dtype's).
+  // get() copied into a vector of T (T's size must match the dtype's). Floating-point tensors must
+  // hold finite values only (a cache never holds another): Error naming the tensor and element.
   template <class T>
   std::vector<T> read(std::string_view name, DType dtype, std::vector<int64_t> shape) const {
     const std::span<const uint8_t> bytes = get(name, dtype, shape);
     std::vector<T> out(bytes.size() / sizeof(T));
     if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+    if (dtype == DType::F32 || dtype == DType::BF16) check_finite(name, dtype, bytes);
     return out;
   }
+
+ private:
+  static void check_finite(std::string_view name, DType dtype, std::span<const uint8_t> bytes);
 };
 
 }  // namespace megaqwen
