@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_options.h"
+#include "megaqwen/engine/state_file_store.h"
 #include "megaqwen/model/model.h"
 #include "megaqwen/server/http_server.h"
 #include "megaqwen/util/error.h"
@@ -24,6 +25,8 @@ struct ServeArgs {
   double max_body_mib = 8;
   double cache_ram_mib = 4096;
   double cache_vram_mib = 4096;
+  std::string cache_dir;
+  double cache_disk_mib = 16384;
 };
 
 void run_serve(ServeArgs a) {
@@ -46,6 +49,17 @@ void run_serve(ServeArgs a) {
   a.server.prompt_cache.host_budget_bytes = uint64_t(a.cache_ram_mib * 1024 * 1024);
   a.server.prompt_cache.device_budget_bytes = uint64_t(a.cache_vram_mib * 1024 * 1024);
 
+  std::shared_ptr<StateFileStore> store;
+  if (!a.cache_dir.empty()) {
+    store = std::make_shared<StateFileStore>(a.cache_dir, uint64_t(a.cache_disk_mib * 1024 * 1024), model,
+                                             engine->state_format());
+    a.server.prompt_cache.disk = store;
+    std::printf("megaqwen serve: prompt cache folder %s: %zu conversations (%.1f MB) from earlier runs",
+                a.cache_dir.c_str(), store->entries(), double(store->bytes()) / 1e6);
+    if (store->skipped_files() > 0) std::printf("; %zu files of other models or engines left alone", store->skipped_files());
+    std::printf("\n");
+  }
+
   server::HttpServer http(std::move(served), *engine, a.server);
   const int port = http.bind();
   std::atomic<bool> finished{false};
@@ -62,6 +76,9 @@ void run_serve(ServeArgs a) {
   finished = true;
   kill(getpid(), SIGTERM);  // wake the watcher if the server stopped for another reason
   watcher.join();
+  if (store)
+    std::printf("megaqwen serve: prompt cache folder %s holds %zu conversations (%.1f MB)\n", a.cache_dir.c_str(),
+                store->entries(), double(store->bytes()) / 1e6);
 }
 
 }  // namespace
@@ -88,6 +105,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cache-vram", a->cache_vram_mib,
                   "The same on the GPU: MiB of device memory for conversations set aside (CUDA engines; 0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1048576.0));
+  cmd->add_option("--cache-dir", a->cache_dir,
+                  "Folder behind the prompt cache: conversations evicted from memory are written there and read "
+                  "back when they come again, and all of them when the server stops, so they outlive a restart");
+  cmd->add_option("--cache-disk", a->cache_disk_mib, "MiB the --cache-dir folder may hold (least recently used go)")
+      ->capture_default_str()->check(CLI::Range(1.0, 1.0e9));
   cmd->callback([a] { run_serve(*a); });
 }
 

@@ -264,8 +264,9 @@ TEST_F(CudaEngineTest, PromptCacheRestoresConversationsOnTheDevice) {
   const GenerationRequest a1 = request(random_ids(40, 11)), b1 = request(random_ids(36, 12));
   cuda::CudaEngine gpu(model_, {.context = 256});
   Generator g(gpu);
-  PromptCache cache({.host_budget_bytes = 0, .device_budget_bytes = 64u << 20, .min_tokens = 8, .max_entries = 64},
-                    gpu.state_memory());
+  PromptCache cache(
+      {.host_budget_bytes = 0, .device_budget_bytes = 64u << 20, .min_tokens = 8, .max_entries = 64, .disk = nullptr},
+      gpu.state_memory());
   cache.prepare(g, a1);
   const GenerationResult ra1 = g.run(a1);
   cache.prepare(g, b1);

@@ -6,9 +6,11 @@
 #include "megaqwen/engine/prompt_cache.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -24,9 +26,11 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-// A cache in host memory (the CPU engines keep their states there).
-PromptCacheOptions host_cache(uint64_t budget, int min_tokens, int max_entries = 64) {
-  return {.host_budget_bytes = budget, .device_budget_bytes = 0, .min_tokens = min_tokens, .max_entries = max_entries};
+// A cache in host memory (the CPU engines keep their states there), with a folder behind it or not.
+PromptCacheOptions host_cache(uint64_t budget, int min_tokens, int max_entries = 64,
+                              std::shared_ptr<StateFileStore> disk = nullptr) {
+  return {.host_budget_bytes = budget, .device_budget_bytes = 0, .min_tokens = min_tokens, .max_entries = max_entries,
+          .disk = std::move(disk)};
 }
 
 class PromptCacheTest : public ::testing::TestWithParam<std::string> {
@@ -58,7 +62,32 @@ class PromptCacheTest : public ::testing::TestWithParam<std::string> {
     return g.run(r);
   }
 
+  // A fresh folder for a StateFileStore, removed after the test.
+  std::filesystem::path folder() {
+    if (folder_.empty()) {
+      folder_ = std::filesystem::path(::testing::TempDir()) /
+                ("megaqwen_prompt_cache_" + std::to_string(::getpid()) + "_" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      std::filesystem::remove_all(folder_);
+    }
+    return folder_;
+  }
+  std::shared_ptr<StateFileStore> store(const Engine& e, uint64_t budget = uint64_t(1) << 30) {
+    return std::make_shared<StateFileStore>(folder(), budget, w_.model, e.state_format());
+  }
+  void TearDown() override {
+    if (!folder_.empty()) std::filesystem::remove_all(folder_);
+  }
+  // What `second` generates after `first` on an engine of its own, without a cache.
+  GenerationResult alone(const GenerationRequest& first, const GenerationRequest& second) const {
+    auto e = engine();
+    Generator g(*e);
+    g.run(first);
+    return g.run(second);
+  }
+
   test::EngineWorkload w_;
+  std::filesystem::path folder_;
 };
 
 // A and B take turns. Each of A's and B's second turns restores its own sequence, reuses all of it,
@@ -189,6 +218,68 @@ TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
   EXPECT_EQ(cache.prepare(g, scoring), 0);
   EXPECT_EQ(cache.stats().saves, 1);
   EXPECT_EQ(g.run(scoring).reused_tokens, 0);
+}
+
+// With a folder behind a cache that holds one sequence: evicted sequences are written there, and a
+// conversation coming back is read from it, generating what it generates alone.
+TEST_P(PromptCacheTest, FolderTakesEvictedSequencesAndServesThemBack) {
+  uint64_t one_entry = 0;
+  {
+    auto e = engine();
+    Generator g(*e);
+    g.run(greedy(ids(1, 40)));
+    one_entry = g.save()->state->bytes();
+  }
+  auto e = engine();
+  Generator g(*e);
+  PromptCache cache(host_cache(one_entry * 3 / 2, 8, 64, store(*e)));
+  std::vector<GenerationResult> first;
+  for (uint32_t c = 1; c <= 4; ++c) first.push_back(run(cache, g, greedy(ids(c, 40))));
+  PromptCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.saves, 3);
+  EXPECT_EQ(stats.evictions, 2);
+  EXPECT_EQ(stats.disk_writes, 2);  // conversations 1 and 2
+  EXPECT_EQ(stats.disk_entries, 2u);
+  EXPECT_GT(stats.disk_bytes, one_entry);
+
+  const GenerationRequest first1 = greedy(ids(1, 40));
+  const GenerationRequest second1 = greedy(concat(concat(first1.prompt, first[0].tokens), ids(8, 4)));
+  const GenerationResult r = run(cache, g, second1);
+  EXPECT_EQ(r.reused_tokens, int(first1.prompt.size() + first[0].tokens.size() - 1));
+  stats = cache.stats();
+  EXPECT_EQ(stats.disk_restores, 1);
+  EXPECT_EQ(stats.restores, 1);
+  EXPECT_EQ(stats.errors, 0);
+  const GenerationResult expected = alone(first1, second1);
+  EXPECT_EQ(r.tokens, expected.tokens);
+}
+
+// persist() (the server stopping) writes the resident sequence and every entry; a new cache over the
+// same folder, on a new engine (the server started again), gets a conversation back from it.
+TEST_P(PromptCacheTest, FolderOutlivesTheProcess) {
+  const GenerationRequest a1 = greedy(ids(1, 40)), b1 = greedy(ids(2, 36));
+  GenerationResult ra1;
+  {
+    auto e = engine();
+    Generator g(*e);
+    PromptCache cache(host_cache(1u << 30, 8, 64, store(*e)));
+    ra1 = run(cache, g, a1);
+    run(cache, g, b1);
+    EXPECT_EQ(cache.stats().disk_writes, 0);
+    EXPECT_EQ(cache.persist(g), 2);  // B (resident) and A (in memory)
+    EXPECT_EQ(cache.stats().disk_entries, 2u);
+  }
+  auto e = engine();
+  Generator g(*e);
+  auto again = store(*e);
+  EXPECT_EQ(again->entries(), 2u);
+  PromptCache cache(host_cache(1u << 30, 8, 64, again));
+  EXPECT_EQ(cache.stats().disk_entries, 2u);
+  const GenerationRequest a2 = greedy(concat(concat(a1.prompt, ra1.tokens), ids(9, 5)));
+  const GenerationResult r = run(cache, g, a2);
+  EXPECT_EQ(r.reused_tokens, int(a1.prompt.size() + ra1.tokens.size() - 1));
+  EXPECT_EQ(cache.stats().disk_restores, 1);
+  EXPECT_EQ(r.tokens, alone(a1, a2).tokens);
 }
 
 // Budget 0: the cache does nothing at all.

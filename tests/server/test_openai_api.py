@@ -640,3 +640,46 @@ def test_prompt_cache_lets_conversations_take_turns(tiny_model):
         assert metric(raw(alone, "GET", "/metrics", key=None)[1], "megaqwen_prompt_cache_saves_total") == 0
     finally:
         assert alone.stop() == 0, "".join(alone.log)
+
+
+def test_prompt_cache_folder_outlives_a_restart(tiny_model, tmp_path):
+    """--cache-dir: a server stopped with SIGTERM writes its conversations to the folder; the next
+    server over it gets a returning client's conversation from there (cached tokens, a disk restore in
+    /metrics) and replies as the first server would have."""
+    folder = tmp_path / "cache"
+    a = [{"role": "user", "content": "Tell me the long history of Paris, from the Romans onwards. " * 6}]
+
+    def ask(c, messages):
+        return c.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, temperature=0)
+
+    first = ServerProcess(tiny_model, "--ctx", "1024", "--cache-dir", str(folder))
+    try:
+        c = openai.OpenAI(base_url=first.url + "/v1", api_key="none", timeout=60, max_retries=0)
+        ra = ask(c, a)
+        second = a + [{"role": "assistant", "content": ra.choices[0].message.content},
+                      {"role": "user", "content": "And of Rome?"}]
+        ask(c, second)
+        # The same request again on the same server: all but its last token come from the cache. What
+        # the restarted server must match (the same computation).
+        expected = ask(c, second)
+        assert expected.usage.prompt_tokens_details.cached_tokens == expected.usage.prompt_tokens - 1
+    finally:
+        assert first.stop() == 0, "".join(first.log)
+    assert any("holds 1 conversations" in line for line in first.log), "".join(first.log)
+    assert len(list(folder.glob("*.state"))) == 1
+    (folder / "notes.txt").write_text("left alone")
+
+    again = ServerProcess(tiny_model, "--ctx", "1024", "--cache-dir", str(folder))
+    try:
+        assert any("1 conversations" in line and "from earlier runs" in line for line in again.log), "".join(again.log)
+        c = openai.OpenAI(base_url=again.url + "/v1", api_key="none", timeout=60, max_retries=0)
+        r = ask(c, second)
+        assert r.usage.prompt_tokens_details.cached_tokens == expected.usage.prompt_tokens_details.cached_tokens
+        assert r.choices[0].message.content == expected.choices[0].message.content
+        text = raw(again, "GET", "/metrics", key=None)[1]
+        assert metric(text, "megaqwen_prompt_cache_disk_restores_total") == 1
+        assert metric(text, "megaqwen_prompt_cache_disk_entries") == 1
+        assert metric(text, 'megaqwen_prompt_cache_bytes{memory="disk"}') > 0
+    finally:
+        assert again.stop() == 0, "".join(again.log)
+    assert (folder / "notes.txt").read_text() == "left alone"

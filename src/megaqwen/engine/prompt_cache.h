@@ -14,7 +14,9 @@
 // (Engine::restore_state) when it shares more than the resident one by at least min_tokens, and
 // Generator::run prefills only the rest. Entries are evicted least recently used first to stay within
 // the byte budget and the entry count; an entry that is a prefix of a newer one is dropped (the newer one serves every
-// prompt the older one would).
+// prompt the older one would). With a folder behind it (`disk`, state_file_store.h: --cache-dir),
+// evicted entries are written there instead of being dropped, a stored sequence that shares more with
+// a prompt than anything in memory is read back, and persist() writes everything when the server stops.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "megaqwen/engine/generator.h"
+#include "megaqwen/engine/state_file_store.h"
 
 namespace megaqwen {
 
@@ -33,6 +36,8 @@ struct PromptCacheOptions {
   uint64_t device_budget_bytes = uint64_t(4) << 30;
   int min_tokens = 32;    // shorter sequences, or smaller gains, are not worth a copy
   int max_entries = 64;   // each request compares its prompt with every entry: keep that short
+  // The folder behind the memory (for the engine's model and state format); nullptr: none.
+  std::shared_ptr<StateFileStore> disk;
 };
 
 struct PromptCacheStats {
@@ -43,6 +48,10 @@ struct PromptCacheStats {
   long long saves = 0, restores = 0, restored_tokens = 0, evictions = 0;
   long long skipped_for_memory = 0;  // saves left out: the machine had too little memory available
   long long errors = 0;              // saves or restores that failed (the request went on without them)
+  // The folder (PromptCacheOptions::disk): sequences and bytes in it, files written, sequences read back.
+  size_t disk_entries = 0;
+  uint64_t disk_bytes = 0;
+  long long disk_writes = 0, disk_restores = 0;
 };
 
 class PromptCache {
@@ -56,6 +65,9 @@ class PromptCache {
   int prepare(Generator& generator, const GenerationRequest& request);
   // After a failed request (the scheduler resets the generator): the resident sequence is gone.
   void forget_resident() { resident_prompt_tokens_ = 0; }
+  // With a folder: writes the resident sequence and every entry in memory there (the server stops).
+  // Failures are counted in stats().errors. Returns the sequences written.
+  int persist(Generator& generator);
 
   PromptCacheStats stats() const;  // thread-safe (metrics scrapes)
   // The saved sequences' token counts, most recently used first (tests).
@@ -68,7 +80,10 @@ class PromptCache {
   };
 
   void save_resident(Generator& generator, uint64_t budget);
-  void insert(Entry entry, uint64_t budget);  // takes mutex_
+  // Takes mutex_; returns the entries evicted (for the folder).
+  std::vector<Entry> insert(Entry entry, uint64_t budget);
+  // Writes `sequence` to the folder; false (counted as an error) when that fails.
+  bool write_to_disk(const SavedSequence& sequence, const Engine& engine);
 
   PromptCacheOptions options_;
   size_t resident_prompt_tokens_ = 0;  // length of the last prompt run on the engine's sequence

@@ -136,10 +136,11 @@ SavedSequence StateFile::load(const Model& model, const Engine& engine) const {
   if (state_format_ != format)
     fail("{} was written by another kind of engine (state format {}; this one, {}, reads {})", path_, state_format_,
          engine.device_name(), format);
-  if (model_fingerprint_ != model_fingerprint(model))
+  const std::string fingerprint = megaqwen::model_fingerprint(model);
+  if (model_fingerprint_ != fingerprint)
     fail("{} was made with another model ({}, fingerprint {}; this one is {}, fingerprint {})", path_,
          model_name_.empty() ? "unnamed" : model_name_, model_fingerprint_, model.dir.filename().string(),
-         model_fingerprint(model));
+         fingerprint);
   if (int64_t(tokens_.size()) > engine.context_size())
     fail("{} holds {} tokens but the context holds {}", path_, tokens_.size(), engine.context_size());
   const int vocab = model.config.vocab_size;

@@ -43,6 +43,7 @@ class StateFile {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::string& state_format() const { return state_format_; }
   const std::string& model_name() const { return model_name_; }
+  const std::string& model_fingerprint() const { return model_fingerprint_; }
   uint64_t bytes() const;  // the file's size
 
   // The saved sequence, for `engine` running `model`: refused (Error naming the difference) when the

@@ -44,7 +44,7 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
   auto n = [](auto v) { return fmt::format("{}", v); };
   const PromptCacheStats& pc = prompt_cache;
   // The unlabelled samples: name, type, help, value (formatted).
-  const std::array<std::array<std::string, 4>, 17> singles = {{
+  const std::array<std::array<std::string, 4>, 20> singles = {{
       {"megaqwen_generations_total", "counter", "Generations run on the engine.", n(generations_)},
       {"megaqwen_generations_cancelled_total", "counter", "Generations stopped by a client disconnect or timeout.",
        n(cancelled_)},
@@ -73,14 +73,21 @@ std::string Metrics::render(size_t queue_depth, size_t running, const PromptCach
        n(pc.errors)},
       {"megaqwen_prompt_cache_budget_bytes", "gauge", "The prompt cache's memory budget (--cache-ram / --cache-vram).",
        n(pc.budget_bytes)},
+      {"megaqwen_prompt_cache_disk_entries", "gauge", "Conversations stored in the prompt cache folder (--cache-dir).",
+       n(pc.disk_entries)},
+      {"megaqwen_prompt_cache_disk_writes_total", "counter", "Sequences written to the prompt cache folder.",
+       n(pc.disk_writes)},
+      {"megaqwen_prompt_cache_disk_restores_total", "counter", "Sequences read back from the prompt cache folder.",
+       n(pc.disk_restores)},
   }};
   for (const auto& [name, type, help, value] : singles) {
     family(name.c_str(), type.c_str(), help.c_str());
     out += fmt::format("{} {}\n", name, value);
   }
   family("megaqwen_prompt_cache_bytes", "gauge",
-         "Memory held by the prompt cache (host for CPU engines, device for CUDA ones).");
+         "Memory held by the prompt cache (host for CPU engines, device for CUDA ones; disk: its folder).");
   out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"{}\"}} {}\n", state_memory_name(pc.memory), pc.bytes);
+  out += fmt::format("megaqwen_prompt_cache_bytes{{memory=\"disk\"}} {}\n", pc.disk_bytes);
   family("megaqwen_time_to_first_token_seconds", "histogram", "Arrival to first generated token.");
   long long cumulative = 0;
   for (size_t i = 0; i < kTtftBuckets.size(); ++i) {

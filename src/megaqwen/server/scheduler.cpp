@@ -53,7 +53,7 @@ void Scheduler::work() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      if (queue_.empty()) break;  // stopping and drained
       job = std::move(queue_.front());
       queue_.pop_front();
       current_ = job;
@@ -76,6 +76,8 @@ void Scheduler::work() {
     std::lock_guard lock(mutex_);
     current_.reset();
   }
+  // With a prompt cache folder, the conversations outlive the server (stop() waits for this).
+  prompt_cache_.persist(generator_);
 }
 
 }  // namespace megaqwen::server

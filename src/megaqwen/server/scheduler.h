@@ -32,7 +32,8 @@ class Scheduler {
   size_t queued() const;
   size_t running() const;
   PromptCacheStats prompt_cache_stats() const { return prompt_cache_.stats(); }
-  // Cancels every job, queued or running, and joins the worker.
+  // Cancels every job, queued or running, and joins the worker (which first writes the prompt cache
+  // to its folder, when it has one).
   void stop();
 
  private:
