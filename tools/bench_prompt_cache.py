@@ -9,6 +9,10 @@ turn's time to first token and cached tokens, and the medians; `--json FILE` wri
 
   python3 tools/bench_prompt_cache.py --binary build/megaqwen --model /tmp/q06 --device cpu \
       --json bench/results/cpu_prompt_cache_$(date +%F).json
+
+--restart: the server is stopped (SIGTERM) after the first turns and started again before the second
+ones, once with a --cache-dir folder (where the stopping server writes the conversations) and once
+without: what the folder saves a client coming back after a restart.
 """
 import argparse
 import datetime
@@ -18,6 +22,7 @@ import platform
 import re
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -31,9 +36,11 @@ TOPICS = ["the history of the harbour and its trade", "the bridges over the rive
           "the old markets and the guilds that ran them", "the railway station and the lines it served"]
 
 
-def start_server(binary, model, device, ctx, cache_mib):
+def start_server(binary, model, device, ctx, cache_mib, cache_dir=None):
     command = [binary, "serve", "--model", model, "--device", device, "--ctx", str(ctx), "--port", "0",
                "--cache-ram", str(cache_mib), "--cache-vram", str(cache_mib)]
+    if cache_dir:
+        command += ["--cache-dir", cache_dir]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port = None
     for line in proc.stdout:
@@ -66,12 +73,13 @@ def ask(client, model, messages, max_tokens):
     return text, first if first is not None else time.monotonic() - started, usage
 
 
-def run(binary, model, device, ctx, cache_mib, conversations, words, max_tokens):
-    proc, url = start_server(binary, model, device, ctx, cache_mib)
+def run(binary, model, device, ctx, cache_mib, conversations, words, max_tokens, restart=False, cache_dir=None):
+    proc, url = start_server(binary, model, device, ctx, cache_mib, cache_dir)
     try:
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=3600, max_retries=0)
         model_id = client.models.list().data[0].id
         histories, firsts, seconds = [], [], []
+        restart_seconds = None
         for i in range(conversations):
             topic = TOPICS[i % len(TOPICS)]
             user = f"Tell me about {topic}. " + " ".join(f"Detail {k} of {topic}." for k in range(words))
@@ -80,13 +88,21 @@ def run(binary, model, device, ctx, cache_mib, conversations, words, max_tokens)
             firsts.append({"ttft_s": ttft, "prompt_tokens": usage.prompt_tokens,
                            "cached_tokens": usage.prompt_tokens_details.cached_tokens})
             histories.append(messages + [{"role": "assistant", "content": text}])
+        if restart:
+            started = time.monotonic()
+            proc.terminate()
+            proc.wait(600)
+            restart_seconds = time.monotonic() - started  # the stop, writing the folder
+            proc, url = start_server(binary, model, device, ctx, cache_mib, cache_dir)
+            client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=3600, max_retries=0)
         for messages in histories:
             messages = messages + [{"role": "user", "content": "And what happened after that?"}]
             _, ttft, usage = ask(client, model_id, messages, max_tokens)
             seconds.append({"ttft_s": ttft, "prompt_tokens": usage.prompt_tokens,
                             "cached_tokens": usage.prompt_tokens_details.cached_tokens})
         metrics = urlopen_text(url + "/metrics")
-        return {"cache_ram_mib": cache_mib, "first_turns": firsts, "second_turns": seconds,
+        return {"cache_ram_mib": cache_mib, "cache_dir": cache_dir, "restart": restart,
+                "stop_seconds": restart_seconds, "first_turns": firsts, "second_turns": seconds,
                 "second_turn_ttft_median_s": statistics.median(s["ttft_s"] for s in seconds),
                 "prompt_cache_metrics": {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
                                          if line.startswith("megaqwen_prompt_cache_")}}
@@ -109,16 +125,24 @@ def main():
     ap.add_argument("--conversations", type=int, default=3)
     ap.add_argument("--words", type=int, default=40, help="detail sentences in each first turn (its length)")
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--restart", action="store_true", help="restart the server between the turns")
     ap.add_argument("--json")
     a = ap.parse_args()
-    runs = [run(a.binary, a.model, a.device, a.ctx, mib, a.conversations, a.words, a.max_tokens) for mib in (4096, 0)]
-    print("| prompt cache MiB | turn | prompt tokens | cached tokens | time to first token (s) |")
-    print("|---|---|---:|---:|---:|")
+    if a.restart:
+        with tempfile.TemporaryDirectory() as folder:
+            runs = [run(a.binary, a.model, a.device, a.ctx, 4096, a.conversations, a.words, a.max_tokens, True, d)
+                    for d in (folder, None)]
+    else:
+        runs = [run(a.binary, a.model, a.device, a.ctx, mib, a.conversations, a.words, a.max_tokens)
+                for mib in (4096, 0)]
+    print("| prompt cache MiB | folder | turn | prompt tokens | cached tokens | time to first token (s) |")
+    print("|---|---|---|---:|---:|---:|")
     for r in runs:
         for i, s in enumerate(r["second_turns"]):
-            print(f"| {r['cache_ram_mib']} | conversation {i + 1}, second turn | {s['prompt_tokens']} | "
-                  f"{s['cached_tokens']} | {s['ttft_s']:.3f} |")
-    print(f"median second-turn TTFT: {runs[0]['second_turn_ttft_median_s']:.3f} s with the cache, "
+            print(f"| {r['cache_ram_mib']} | {'yes' if r['cache_dir'] else 'no'} | conversation {i + 1}, second turn | "
+                  f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['ttft_s']:.3f} |")
+    what = "the folder" if a.restart else "the cache"
+    print(f"median second-turn TTFT: {runs[0]['second_turn_ttft_median_s']:.3f} s with {what}, "
           f"{runs[1]['second_turn_ttft_median_s']:.3f} s without")
     if a.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
