@@ -292,18 +292,11 @@ TEST_P(EngineContract, ForeignStatesAreRefused) {
   EXPECT_LE(relative_max_error(e->decode(ids_[5]), straight->decode(ids_[5])), kLogitTolerance);
 }
 
-// "hf/gqa2_bf16" -> "hf_gqa2_bf16" (test names take letters, digits and '_').
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-  return name;
-}
-
 // CpuEngine: 3 layers, GQA 2. CpuHybridEngine: layers [linear, linear, full] with 2 value heads per key
 // head and an untied head; and [full, linear, linear, full] (attention first).
 INSTANTIATE_TEST_SUITE_P(Engines, EngineContract,
                          ::testing::Values("hf/gqa2_bf16", "hf_qwen35/llf_text_untied_bf16", "hf_qwen35/fllf_text_bf16"),
-                         case_name);
+                         test::fixture_case_name);
 
 }  // namespace
 }  // namespace megaqwen

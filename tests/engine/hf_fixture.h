@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -140,5 +141,13 @@ class EngineWorkloadTest : public ::testing::Test {
   const std::shared_ptr<const Model>& model_ = w_.model;
   const std::vector<int32_t>& ids_ = w_.ids;
 };
+
+// A parameterized suite's name for a fixture case: "hf/gqa2_bf16" -> "hf_gqa2_bf16" (test names take
+// letters, digits and '_').
+inline std::string fixture_case_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  return name;
+}
 
 }  // namespace megaqwen::test

@@ -106,13 +106,7 @@ TEST_P(HfParity, GreedyMatchesGenerate) {
   EXPECT_EQ(got, want) << GetParam();
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  std::replace(name.begin(), name.end(), '/', '_');
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()), test::fixture_case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfParity);
 
 }  // namespace

@@ -78,6 +78,13 @@ class PromptCacheTest : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     if (!folder_.empty()) std::filesystem::remove_all(folder_);
   }
+  // The bytes one saved 40-token conversation (and its reply) holds.
+  uint64_t entry_bytes() const {
+    auto e = engine();
+    Generator g(*e);
+    g.run(greedy(ids(1, 40)));
+    return g.save()->state->bytes();
+  }
   // What `second` generates after `first` on an engine of its own, without a cache.
   GenerationResult alone(const GenerationRequest& first, const GenerationRequest& second) const {
     auto e = engine();
@@ -170,13 +177,7 @@ TEST_P(PromptCacheTest, ShortSequencesAreNotWorthACopy) {
 
 // The budget holds the most recently used sequences; older ones are evicted.
 TEST_P(PromptCacheTest, BudgetEvictsTheLeastRecentlyUsed) {
-  uint64_t one_entry = 0;
-  {
-    auto e = engine();
-    Generator g(*e);
-    g.run(greedy(ids(1, 40)));
-    one_entry = g.save()->state->bytes();
-  }
+  const uint64_t one_entry = entry_bytes();
   auto e = engine();
   Generator g(*e);
   // Room for two entries of this size.
@@ -223,13 +224,7 @@ TEST_P(PromptCacheTest, ScoringRequestsSetTheResidentAside) {
 // With a folder behind a cache that holds one sequence: evicted sequences are written there, and a
 // conversation coming back is read from it, generating what it generates alone.
 TEST_P(PromptCacheTest, FolderTakesEvictedSequencesAndServesThemBack) {
-  uint64_t one_entry = 0;
-  {
-    auto e = engine();
-    Generator g(*e);
-    g.run(greedy(ids(1, 40)));
-    one_entry = g.save()->state->bytes();
-  }
+  const uint64_t one_entry = entry_bytes();
   auto e = engine();
   Generator g(*e);
   PromptCache cache(host_cache(one_entry * 3 / 2, 8, 64, store(*e)));
@@ -357,14 +352,8 @@ TEST_P(PromptCacheTest, FailedCopiesAreSkipped) {
   EXPECT_EQ(rb2.tokens, alone.run(b2).tokens);
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Engines, PromptCacheTest, ::testing::Values("hf/gqa2_bf16", "hf_qwen35/fllf_text_bf16"),
-                         case_name);
+                         test::fixture_case_name);
 
 }  // namespace
 }  // namespace megaqwen

@@ -328,16 +328,9 @@ TEST_P(StateFileTest, MalformedRecurrentStatesAreRefusedByName) {
   }, "the tensor snapshot.1.conv is missing");
 }
 
-// "hf/gqa2_bf16" -> "hf_gqa2_bf16" (test names take letters, digits and '_').
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Engines, StateFileTest,
                          ::testing::Values("hf/gqa2_bf16", "hf_qwen35/llf_text_untied_bf16", "hf_qwen35/fllf_text_bf16"),
-                         case_name);
+                         test::fixture_case_name);
 
 }  // namespace
 }  // namespace megaqwen

@@ -191,15 +191,8 @@ TEST_P(VerifyEngine, BadOptionsAreErrors) {
   EXPECT_THROW(verify_engine(*a, *b, o), Error);
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  for (char& c : name)
-    if (c == '/') c = '_';
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(Engines, VerifyEngine,
-                         ::testing::Values("hf/gqa2_bf16", "hf_qwen35/fllf_text_bf16"), case_name);
+                         ::testing::Values("hf/gqa2_bf16", "hf_qwen35/fllf_text_bf16"), test::fixture_case_name);
 
 // An engine with no model: the logits predicting from position p are script(p) (vocabulary 4).
 class ScriptedEngine : public Engine {

@@ -158,7 +158,14 @@ bool PromptCache::write_to_disk(const SavedSequence& sequence, const Engine& eng
 
 int PromptCache::persist(Generator& generator) {
   if (!options_.disk) return 0;
+  // Least recently used first and the resident sequence last: the store keeps the order of writing.
+  std::vector<Entry> entries;
+  {
+    std::lock_guard lock(mutex_);
+    entries.assign(entries_.rbegin(), entries_.rend());
+  }
   int written = 0;
+  for (const Entry& e : entries) written += write_to_disk(e.sequence, generator.engine());
   if (!generator.cached_tokens().empty()) {
     std::optional<SavedSequence> resident;
     try {
@@ -169,12 +176,6 @@ int PromptCache::persist(Generator& generator) {
     }
     if (resident) written += write_to_disk(*resident, generator.engine());
   }
-  std::vector<Entry> entries;
-  {
-    std::lock_guard lock(mutex_);
-    entries.assign(entries_.rbegin(), entries_.rend());  // least recently used first: the store keeps the order
-  }
-  for (const Entry& e : entries) written += write_to_disk(e.sequence, generator.engine());
   return written;
 }
 
