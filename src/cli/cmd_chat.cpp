@@ -207,7 +207,8 @@ void run_chat(const ChatArgs& a) {
   const bool color = isatty(STDOUT_FILENO) && !a.plain;
   if (interactive)
     std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /save FILE /load FILE /stats "
-                "/quit; \"\"\" or a trailing \\ for several lines; Ctrl-C stops an answer.\n", engine->device_name().c_str(), model->dir.string().c_str());
+                "/quit; \"\"\" or a trailing \\ for several lines; Ctrl-C stops an answer.\n",
+                engine->device_name().c_str(), model->dir.string().c_str());
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -56,7 +56,8 @@ void run_serve(ServeArgs a) {
     a.server.prompt_cache.disk = store;
     std::printf("megaqwen serve: prompt cache folder %s: %zu conversations (%.1f MB) from earlier runs",
                 a.cache_dir.c_str(), store->entries(), double(store->bytes()) / 1e6);
-    if (store->skipped_files() > 0) std::printf("; %zu files of other models or engines left alone", store->skipped_files());
+    if (store->skipped_files() > 0)
+      std::printf("; %zu files of other models or engines left alone", store->skipped_files());
     std::printf("\n");
   }
 

@@ -187,7 +187,8 @@ std::unique_ptr<EngineState> CpuHybridEngine::state_from_tensors(std::span<const
   state->v = source.read<float>("v", DType::F32, shape);
   RecurrentStateTensors states = read_recurrent_state_tensors(source, c, position);
   state->now = std::move(states.now);
-  state->rollback = SavedRollback<States>{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(states.snapshots)};
+  state->rollback =
+      SavedRollback<States>{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(states.snapshots)};
   return state;
 }
 

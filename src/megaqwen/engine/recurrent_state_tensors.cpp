@@ -46,9 +46,11 @@ RecurrentStateTensors read_recurrent_state_tensors(const StateTensorSource& sour
   RecurrentStateTensors out;
   out.now = read_states(source, config, "");
   if (!source.has("snapshot_positions")) fail("the tensor snapshot_positions is missing");
-  // The count comes from the tensor's own shape, checked against the bound before anything is read.
+  // The count is that of the snapshot.I tensors present (bounded before anything is read);
+  // snapshot_positions must hold exactly that many.
   int64_t count = 0;
-  while (count <= int64_t(kMaxStateSnapshots) && source.has("snapshot." + std::to_string(count) + ".recurrent")) ++count;
+  while (count <= int64_t(kMaxStateSnapshots) && source.has("snapshot." + std::to_string(count) + ".recurrent"))
+    ++count;
   if (count > int64_t(kMaxStateSnapshots))
     fail("the state holds more than {} DeltaNet snapshots", kMaxStateSnapshots);
   const auto positions = source.read<int32_t>("snapshot_positions", DType::I32, {count});

@@ -118,7 +118,8 @@ StateFile StateFile::open(const std::filesystem::path& path) {
   for (const TensorInfo& info : f.header_->tensors)
     if (info.name == kTokens) t = &info;
   if (!t) fail("{}: the tensor {} is missing", f.path_, kTokens);
-  if (t->shape.size() != 1) fail("{}: the tensor {} has shape {}, expected one dimension", f.path_, kTokens, t->shape_string());
+  if (t->shape.size() != 1)
+    fail("{}: the tensor {} has shape {}, expected one dimension", f.path_, kTokens, t->shape_string());
   f.tokens_ = tensors.read<int32_t>(kTokens, DType::I32, t->shape);
   return f;
 }

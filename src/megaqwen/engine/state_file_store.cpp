@@ -71,7 +71,8 @@ std::optional<StateFileStore::Match> StateFileStore::best(std::span<const int32_
   std::optional<Match> out;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const std::vector<int32_t>& t = entries_[i].tokens;
-    const size_t n = std::min(limit, size_t(std::mismatch(t.begin(), t.end(), prompt.begin(), prompt.end()).first - t.begin()));
+    const auto shared = std::mismatch(t.begin(), t.end(), prompt.begin(), prompt.end()).first - t.begin();
+    const size_t n = std::min(limit, size_t(shared));
     if (n > 0 && (!out || n > out->shared)) out = Match{i, n};
   }
   return out;
