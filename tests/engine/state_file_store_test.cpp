@@ -1,7 +1,7 @@
 // StateFileStore (src/megaqwen/engine/state_file_store.h), the prompt cache's folder, on the CPU
 // engine: it indexes only its own model's and layout's files and leaves every other file alone; it
 // keeps within its byte budget by deleting the least recently used; a stored prefix of a newer
-// sequence is deleted; a damaged file is dropped when read, with an error.
+// sequence is deleted; a damaged file leaves the index when read, with an error.
 #include "megaqwen/engine/state_file_store.h"
 
 #include <gtest/gtest.h>
@@ -102,12 +102,14 @@ TEST_F(StateFileStoreTest, BudgetPrefixesAndReadingBack) {
   engine_->restore_state(*back.state);
   EXPECT_EQ(engine_->position(), 35);
 
-  // A file damaged behind the store's back: reading it fails by name and it leaves the index.
+  // A file damaged behind the store's back: reading it fails and it leaves the index (the file
+  // stays: a failure may be the moment's).
   const auto other = s.best(std::span(w_.ids).subspan(20), 64);
   ASSERT_TRUE(other.has_value());
   for (const auto& f : fs::directory_iterator(dir_)) fs::resize_file(f.path(), 100);
   EXPECT_THROW(s.load(other->index, *engine_), Error);
   EXPECT_EQ(s.entries(), 1u);
+  EXPECT_EQ(files(), 2u);
 }
 
 TEST_F(StateFileStoreTest, UnusableFolderIsAnError) {

@@ -88,7 +88,10 @@ SavedSequence StateFileStore::load(size_t index, const Engine& engine) {
   try {
     saved = StateFile::open(entries_[index].path).load(*model_, engine);
   } catch (const Error&) {
-    erase(index);
+    // Out of the index, but the file stays: the failure may be this moment's (memory); the next
+    // start indexes it again if it still opens.
+    bytes_ -= entries_[index].bytes;
+    entries_.erase(entries_.begin() + ptrdiff_t(index));
     throw;
   }
   std::rotate(entries_.begin(), entries_.begin() + ptrdiff_t(index), entries_.begin() + ptrdiff_t(index) + 1);
@@ -111,8 +114,14 @@ void StateFileStore::store(const SavedSequence& sequence, const Engine& engine) 
     fs::remove(path, ignored);
     return;
   }
-  for (size_t i = entries_.size(); i-- > 0;)
-    if (starts_with(sequence.tokens, entries_[i].tokens)) erase(i);  // superseded
+  for (size_t i = entries_.size(); i-- > 0;) {
+    if (entries_[i].path == path) {  // the same name for other tokens (a hash collision): just overwritten
+      bytes_ -= entries_[i].bytes;
+      entries_.erase(entries_.begin() + ptrdiff_t(i));
+    } else if (starts_with(sequence.tokens, entries_[i].tokens)) {
+      erase(i);  // superseded
+    }
+  }
   entries_.insert(entries_.begin(), Entry{path, sequence.tokens, size});
   bytes_ += size;
   while (bytes_ > budget_ && entries_.size() > 1) erase(entries_.size() - 1);

@@ -42,7 +42,8 @@ class StateFileStore {
   // Whether a stored sequence holds all of `tokens` (as its whole or its beginning).
   bool holds(std::span<const int32_t> tokens) const;
   // Reads stored sequence `index` for `engine` (which runs the store's model) and makes it the most
-  // recently used. A file that is gone or damaged is dropped from the index, and Error thrown.
+  // recently used. When that fails (a file gone or damaged, memory short) the entry leaves the index
+  // (the file stays) and Error is thrown.
   SavedSequence load(size_t index, const Engine& engine);
   // Writes `sequence` (unless a stored one already holds it, or it alone exceeds the budget), deletes
   // the stored prefixes of it, then the least recently used files beyond the budget. Throws Error
