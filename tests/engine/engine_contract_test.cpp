@@ -23,6 +23,7 @@ namespace megaqwen {
 namespace {
 
 using test::kLogitTolerance;
+using test::decode_rest;
 using test::relative_max_error;
 
 class EngineContract : public ::testing::TestWithParam<std::string> {
@@ -172,16 +173,6 @@ TEST_P(EngineContract, ThreadCountDoesNotChangeLogits) {
     ASSERT_EQ(other.size(), one.size());
     EXPECT_EQ(std::memcmp(one.data(), other.data(), one.size() * sizeof(float)), 0) << threads << " threads vs 1";
   }
-}
-
-// The logits of decoding ids_[from ..] on `e`, one row after another.
-std::vector<float> decode_rest(Engine& e, std::span<const int32_t> ids, size_t from) {
-  std::vector<float> out;
-  for (size_t pos = from; pos < ids.size(); ++pos) {
-    auto l = e.decode(ids[pos]);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
 }
 
 // save_state() then anything else, then restore_state(): decoding goes on bit-identically to an

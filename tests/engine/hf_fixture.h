@@ -142,6 +142,16 @@ class EngineWorkloadTest : public ::testing::Test {
   const std::vector<int32_t>& ids_ = w_.ids;
 };
 
+// The logits of decoding ids[from..] one token at a time, concatenated.
+inline std::vector<float> decode_rest(Engine& e, std::span<const int32_t> ids, size_t from) {
+  std::vector<float> out;
+  for (size_t pos = from; pos < ids.size(); ++pos) {
+    auto l = e.decode(ids[pos]);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
 // A parameterized suite's name for a fixture case: "hf/gqa2_bf16" -> "hf_gqa2_bf16" (test names take
 // letters, digits and '_').
 inline std::string fixture_case_name(const ::testing::TestParamInfo<std::string>& info) {

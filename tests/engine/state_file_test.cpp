@@ -31,17 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::kLogitTolerance;
+using test::decode_rest;
 using test::relative_max_error;
-
-// The logits of decoding ids[from..] one at a time.
-std::vector<float> decode_rest(Engine& e, std::span<const int32_t> ids, size_t from) {
-  std::vector<float> out;
-  for (size_t pos = from; pos < ids.size(); ++pos) {
-    auto l = e.decode(ids[pos]);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
 
 bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
