@@ -4,7 +4,7 @@
 // MEGAQWEN_BENCH_MODEL names one) and the device MEGAQWEN_BENCH_DEVICE picks (cpu by default; cuda
 // for the GPU engine). Bytes per second count the state's bytes (bytes()).
 //
-//   build/bench/engine/bench_engine_state --benchmark_min_time=1s
+//   build/bench/engine/bench_engine_state --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

@@ -136,5 +136,32 @@ TEST_F(CpuEngineTest, GeneratorLogprobsAreLogSoftmaxOfTheLogits) {
   }
 }
 
+// Every token's logits are computed alone (matmul rows in a fixed k order, its own attention row),
+// so how a long prompt is cut into calls, and the engine's 512-token chunks within a call, change
+// nothing, bit for bit.
+TEST_F(CpuEngineTest, LongPromptLogitsDoNotDependOnHowItIsCut) {
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 1000) prompt.insert(prompt.end(), ids_.begin(), ids_.end());
+  prompt.resize(1000);
+  CpuEngine whole(model_, {.context = 1024, .threads = 2});
+  std::vector<float> at_once;
+  whole.prefill_all_logits(prompt, at_once);
+
+  CpuEngine pieces(model_, {.context = 1024, .threads = 1});
+  std::vector<float> cut;
+  size_t begin = 0;
+  for (size_t n : {size_t(300), size_t(400), size_t(300)}) {
+    std::vector<float> part;
+    pieces.prefill_all_logits(std::span(prompt).subspan(begin, n), part);
+    cut.insert(cut.end(), part.begin(), part.end());
+    begin += n;
+  }
+  ASSERT_EQ(cut.size(), at_once.size());
+  for (size_t pos = 0; pos < prompt.size(); ++pos) {
+    const std::span<const float> a = row(cut, pos), b = row(at_once, pos);
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "position " << pos;
+  }
+}
+
 }  // namespace
 }  // namespace megaqwen

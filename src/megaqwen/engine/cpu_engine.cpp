@@ -12,8 +12,10 @@
 namespace megaqwen {
 
 namespace {
-// Prompts are processed in chunks so activation buffers stay small for long prompts.
-constexpr int kPrefillChunk = 128;
+// Prompts are processed in chunks so activation buffers stay small for long prompts (512 tokens:
+// ~30 MB of them for Qwen3-0.6B); each chunk converts the weights to fp32 panels once, so a longer
+// one spreads that cost over more tokens.
+constexpr int kPrefillChunk = 512;
 constexpr int kDefaultContext = 4096;
 }  // namespace
 

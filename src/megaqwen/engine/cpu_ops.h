@@ -1,6 +1,6 @@
 // The operations of the CPU reference engine, one function each, in fp32 arithmetic over weights
-// stored as BF16, F16 or F32. Written to read like the math; the dot products are the only place
-// that cares about speed (they are vectorized, and matmul splits rows across the thread pool).
+// stored as BF16, F16 or F32. Written to read like the math; matmul (cpu_matmul.cpp) and the dot
+// products are the places that care about speed.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,10 @@ void gated_rms_norm(const float* x, const float* gate, const WeightVector& w, do
 void l2_normalize(float* x, int64_t n, double eps);
 
 // out[t, :] = in[t, :] W^T for t < tokens: W is [rows, cols], in is [tokens, cols], out [tokens, rows].
+// In cpu_matmul.cpp: packed register-blocked kernels for tokens > 1, a bf16 GEMV for one token.
 void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool);
+// The dot product of row `row` of W with x[cols] (vectorized per weight dtype).
+float dot_row(const WeightMatrix& w, int64_t row, const float* x);
 
 // RoPE frequencies theta^(-2i/D) for i < D/2.
 std::vector<float> rope_inv_freq(int64_t head_dim, double theta);

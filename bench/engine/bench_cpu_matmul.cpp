@@ -1,0 +1,77 @@
+// The CPU engine's matmul (cpu::matmul) at Qwen3-0.6B's shapes (Google Benchmark): one token (the
+// decode GEMV, bound by reading the bf16 weights) and 128 / 512 tokens (prefill chunks, bound by the FMAs),
+// on one thread and on all.
+// Counters: FLOP/s (2 x rows x cols x tokens) and the weight bytes read per second.
+//
+//   build/bench/engine/bench_cpu_matmul --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/util/bf16.h"
+#include "megaqwen/util/thread_pool.h"
+
+namespace {
+
+using namespace megaqwen;
+
+ThreadPool& pool(int threads) {
+  static ThreadPool one(1), all(0);
+  return threads == 1 ? one : all;
+}
+
+struct Problem {
+  std::vector<uint16_t> weights;
+  std::vector<float> in, out;
+  std::string name;
+  WeightMatrix w;
+};
+
+Problem make_problem(int64_t rows, int64_t cols, int64_t tokens) {
+  Problem p;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  p.weights.resize(size_t(rows * cols));
+  for (auto& x : p.weights) x = f32_to_bf16(normal(rng));
+  p.in.resize(size_t(tokens * cols));
+  for (auto& x : p.in) x = normal(rng) * 50.0f;
+  p.out.resize(size_t(tokens * rows));
+  p.name = "w";
+  p.w = {.data = reinterpret_cast<const uint8_t*>(p.weights.data()), .dtype = DType::BF16, .rows = rows,
+         .cols = cols, .name = &p.name};
+  return p;
+}
+
+// Args: rows, cols, tokens, threads (1, or 0 for one per hardware thread).
+void BM_Matmul(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
+  ThreadPool& threads = pool(int(state.range(3)));
+  Problem p = make_problem(rows, cols, tokens);
+  for (auto _ : state) {
+    cpu::matmul(p.w, p.in.data(), tokens, p.out.data(), threads);
+    benchmark::DoNotOptimize(p.out.data());
+  }
+  const double iterations = double(state.iterations());
+  state.counters["FLOP/s"] = benchmark::Counter(iterations * 2.0 * double(rows * cols * tokens),
+                                                benchmark::Counter::kIsRate);
+  state.counters["weight_B/s"] = benchmark::Counter(iterations * double(p.w.byte_size()),
+                                                    benchmark::Counter::kIsRate);
+  state.SetLabel(std::to_string(threads.size()) + " threads");
+}
+// q_proj 2048x1024, gate/up 3072x1024, down 1024x3072; tokens 1 (decode), 128 and 512 (prefill chunks).
+BENCHMARK(BM_Matmul)
+    ->ArgNames({"rows", "cols", "tokens", "threads"})
+    ->ArgsProduct({{2048}, {1024}, {1}, {1, 0}})
+    ->ArgsProduct({{151936}, {1024}, {1}, {1, 0}})
+    ->ArgsProduct({{3072}, {1024}, {1, 128, 512}, {1, 0}})
+    ->ArgsProduct({{1024}, {3072}, {1, 128, 512}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

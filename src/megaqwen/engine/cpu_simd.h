@@ -1,0 +1,25 @@
+// Which vector instructions the CPU engine's matmul kernels use (cpu_matmul.cpp). Picked once from
+// what the processor supports; tests and benchmarks may lower it to check every kernel on one machine.
+#pragma once
+
+#include <string_view>
+
+namespace megaqwen::cpu {
+
+enum class SimdLevel {
+  kGeneric,  // plain C++ (whatever the compiler vectorizes for baseline x86-64 / other targets)
+  kAvx2,     // AVX2 + FMA: 16 ymm registers
+  kAvx512,   // AVX-512F: 32 zmm registers
+};
+
+// The best level this processor (and the build) supports.
+SimdLevel detected_simd_level();
+// The level the kernels use now: detected_simd_level() unless lowered by set_simd_level().
+SimdLevel simd_level();
+// Use `level`, clamped to detected_simd_level(); returns the level in effect. For tests and benchmarks;
+// results of the FMA levels (AVX2, AVX-512) are bit-identical for prefill, equal to rounding for decode.
+SimdLevel set_simd_level(SimdLevel level);
+
+std::string_view simd_level_name(SimdLevel level);
+
+}  // namespace megaqwen::cpu

@@ -1,0 +1,157 @@
+// cpu::matmul (cpu_matmul.cpp) against a double-precision reference, at every SIMD level this
+// processor has: shapes around the kernels' edges (a 32-row panel, the 256-value k blocks, the
+// 4 / 6 / 12-token micro-tiles, odd column counts), each weight dtype, outputs poisoned with NaN so
+// an unwritten element shows. The FMA levels must agree bit for bit, and threads must not matter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/engine/cpu_simd.h"
+#include "megaqwen/util/bf16.h"
+#include "megaqwen/util/thread_pool.h"
+
+namespace megaqwen {
+namespace {
+
+using cpu::SimdLevel;
+
+// Restores the detected level when a test leaves.
+class SimdLevelGuard {
+ public:
+  ~SimdLevelGuard() { cpu::set_simd_level(cpu::detected_simd_level()); }
+};
+
+std::vector<SimdLevel> available_levels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel l : {SimdLevel::kGeneric, SimdLevel::kAvx2, SimdLevel::kAvx512})
+    if (l <= cpu::detected_simd_level()) levels.push_back(l);
+  return levels;
+}
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;  // exactly what the stored weights hold
+  std::string name = "w";
+  WeightMatrix w;
+};
+
+Matrix random_matrix(int64_t rows, int64_t cols, DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Matrix m;
+  m.bytes.resize(size_t(rows * cols) * dtype_size(dtype));
+  m.values.resize(size_t(rows * cols));
+  for (size_t i = 0; i < m.values.size(); ++i) {
+    const float x = normal(rng);
+    if (dtype == DType::BF16) {
+      const uint16_t b = f32_to_bf16(x);
+      std::memcpy(&m.bytes[i * 2], &b, 2);
+      m.values[i] = bf16_to_f32(b);
+    } else if (dtype == DType::F16) {
+      const uint16_t h = f32_to_f16(x);
+      std::memcpy(&m.bytes[i * 2], &h, 2);
+      m.values[i] = f16_to_f32(h);
+    } else {
+      std::memcpy(&m.bytes[i * 4], &x, 4);
+      m.values[i] = x;
+    }
+  }
+  m.w = {.data = m.bytes.data(), .dtype = dtype, .rows = rows, .cols = cols, .name = &m.name};
+  return m;
+}
+
+std::vector<float> run(const Matrix& m, const std::vector<float>& in, int64_t tokens, ThreadPool& pool) {
+  std::vector<float> out(size_t(tokens * m.w.rows), std::numeric_limits<float>::quiet_NaN());
+  cpu::matmul(m.w, in.data(), tokens, out.data(), pool);
+  return out;
+}
+
+// Every element within 1e-5 of the sum of |terms| of the exact result. Leaving out one of `cols`
+// terms, or using a neighbouring row or token, errs by ~1/cols of that sum, far above the bound;
+// fp32 rounding over the kernels' 256-term partial sums stays below it.
+void expect_close(const Matrix& m, const std::vector<float>& in, int64_t tokens, const std::vector<float>& out,
+                  const std::string& what) {
+  const int64_t rows = m.w.rows, cols = m.w.cols;
+  int failures = 0;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double exact = 0, magnitude = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double term = double(in[size_t(t * cols + k)]) * m.values[size_t(r * cols + k)];
+        exact += term;
+        magnitude += std::fabs(term);
+      }
+      const float got = out[size_t(t * rows + r)];
+      if (!(std::fabs(got - exact) <= 1e-5 * magnitude + 1e-30) && ++failures <= 5)
+        ADD_FAILURE() << what << ": out[" << t << ", " << r << "] = " << got << ", exact " << exact;
+    }
+}
+
+TEST(CpuMatmul, MatchesExactProductAtEveryLevelShapeAndDtype) {
+  SimdLevelGuard guard;
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (SimdLevel level : available_levels()) {
+    ASSERT_EQ(cpu::set_simd_level(level), level);
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+      for (int64_t rows : {1, 5, 32, 33, 70})
+        for (int64_t cols : {1, 2, 7, 32, 255, 256, 257, 530})
+          for (int64_t tokens : {1, 2, 4, 5, 6, 7, 12, 13, 25}) {
+            const Matrix m = random_matrix(rows, cols, dtype, rng);
+            std::vector<float> in(size_t(tokens * cols));
+            for (float& x : in) x = normal(rng);
+            const std::string what = std::string(cpu::simd_level_name(level)) + " " + dtype_name(dtype) + " " +
+                                     std::to_string(rows) + "x" + std::to_string(cols) + " tokens " +
+                                     std::to_string(tokens);
+            expect_close(m, in, tokens, run(m, in, tokens, pool), what);
+          }
+  }
+}
+
+TEST(CpuMatmul, FmaLevelsAgreeBitForBit) {
+  SimdLevelGuard guard;
+  if (cpu::detected_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "this processor has no AVX-512";
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t tokens : {1, 3, 12, 19}) {
+    const Matrix m = random_matrix(45, 1030, DType::BF16, rng);
+    std::vector<float> in(size_t(tokens * 1030));
+    for (float& x : in) x = normal(rng);
+    cpu::set_simd_level(SimdLevel::kAvx2);
+    const std::vector<float> avx2 = run(m, in, tokens, pool);
+    cpu::set_simd_level(SimdLevel::kAvx512);
+    const std::vector<float> avx512 = run(m, in, tokens, pool);
+    ASSERT_EQ(std::memcmp(avx2.data(), avx512.data(), avx2.size() * sizeof(float)), 0) << "tokens " << tokens;
+  }
+}
+
+TEST(CpuMatmul, ThreadCountDoesNotChangeTheResult) {
+  ThreadPool one(1), three(3);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t tokens : {1, 9}) {
+    const Matrix m = random_matrix(200, 300, DType::BF16, rng);
+    std::vector<float> in(size_t(tokens * 300));
+    for (float& x : in) x = normal(rng);
+    const std::vector<float> a = run(m, in, tokens, one), b = run(m, in, tokens, three);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "tokens " << tokens;
+  }
+}
+
+TEST(CpuMatmul, LevelIsClampedToWhatTheProcessorHas) {
+  SimdLevelGuard guard;
+  EXPECT_EQ(cpu::set_simd_level(SimdLevel::kAvx512), cpu::detected_simd_level());
+  EXPECT_EQ(cpu::simd_level(), cpu::detected_simd_level());
+  EXPECT_EQ(cpu::set_simd_level(SimdLevel::kGeneric), SimdLevel::kGeneric);
+  EXPECT_EQ(cpu::simd_level(), SimdLevel::kGeneric);
+}
+
+}  // namespace
+}  // namespace megaqwen
