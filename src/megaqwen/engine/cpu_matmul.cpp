@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/engine/cpu_panel_product.h"
 #include "megaqwen/engine/cpu_simd.h"
 
 #if defined(__x86_64__)
@@ -37,7 +38,7 @@ namespace megaqwen::cpu {
 
 namespace {
 
-constexpr int64_t kPanelRows = 32;  // rows of W per packed panel
+constexpr int64_t kPanelRows = kPanelWidth;  // rows of W per packed panel
 constexpr int64_t kKBlock = 256;    // k values per accumulator pass (32 KiB of packed panel)
 
 #if defined(__x86_64__)
@@ -205,19 +206,12 @@ TileSet tiles_for(SimdLevel level) {
 
 void gemm(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
   const int64_t rows = w.rows, K = w.cols, panels = (rows + kPanelRows - 1) / kPanelRows;
-  const TileSet set = tiles_for(simd_level());
   pool.parallel_for(size_t(panels), [&](size_t p0, size_t p1) {
     std::vector<float> packed(size_t(K * kPanelRows)), c(size_t(tokens * kPanelRows));
     for (size_t p = p0; p < p1; ++p) {
       const int64_t r0 = int64_t(p) * kPanelRows, valid = std::min(kPanelRows, rows - r0);
       pack_panel(w, r0, packed.data());
-      for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
-        const int64_t kb = std::min(kKBlock, K - k0);
-        for (int64_t t = 0; t < tokens; t += set.max_tokens) {
-          const int64_t m = std::min<int64_t>(set.max_tokens, tokens - t);
-          set.tiles[m](packed.data() + k0 * kPanelRows, in + t * K + k0, K, kb, c.data() + t * kPanelRows, k0 == 0);
-        }
-      }
+      panel_product(packed.data(), K, in, K, tokens, c.data());
       for (int64_t t = 0; t < tokens; ++t)
         std::memcpy(out + t * rows + r0, c.data() + t * kPanelRows, size_t(valid) * sizeof(float));
     }
@@ -374,6 +368,19 @@ std::string_view simd_level_name(SimdLevel level) {
     case SimdLevel::kAvx512: return "avx512";
     case SimdLevel::kAvx2: return "avx2";
     default: return "generic";
+  }
+}
+
+// k blocks outermost: a block of the panel (32 KiB) stays in L1 while every tile of tokens uses it.
+void panel_product(const float* panel, int64_t K, const float* in, int64_t in_stride, int64_t tokens, float* c) {
+  const TileSet set = tiles_for(simd_level());
+  if (K == 0) std::fill(c, c + tokens * kPanelRows, 0.0f);
+  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+    const int64_t kb = std::min(kKBlock, K - k0);
+    for (int64_t t = 0; t < tokens; t += set.max_tokens) {
+      const int64_t m = std::min<int64_t>(set.max_tokens, tokens - t);
+      set.tiles[m](panel + k0 * kPanelRows, in + t * in_stride + k0, in_stride, kb, c + t * kPanelRows, k0 == 0);
+    }
   }
 }
 

@@ -120,45 +120,6 @@ void rope(float* head, int64_t head_dim, int64_t position, const float* inv_freq
   }
 }
 
-namespace {
-// A head's key or value row is D floats out of every kv_heads * D: a stride the hardware prefetchers
-// do not follow, so the rows a few positions ahead are requested explicitly.
-constexpr int64_t kPrefetchAhead = 8;
-inline void prefetch(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-}
-}  // namespace
-
-void causal_attention(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                      int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
-                      ThreadPool& pool) {
-  const int64_t D = head_dim, group = heads / kv_heads, row = kv_heads * D;
-  // Token t costs first_position + t + 1 rows, so the threads' contiguous chunks take the tokens
-  // in the order 0, T-1, 1, T-2, ...: each chunk gets as many long rows as short ones.
-  pool.parallel_for(size_t(tokens * heads), [&](size_t i0, size_t i1) {
-    std::vector<float> scores(size_t(first_position + tokens));
-    for (size_t i = i0; i < i1; ++i) {
-      const int64_t u = int64_t(i) / heads, t = u % 2 == 0 ? u / 2 : tokens - 1 - u / 2;
-      const int64_t h = int64_t(i) % heads, g = h / group, n = first_position + t + 1;
-      const float* qh = q + (t * heads + h) * D;
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        if (j + kPrefetchAhead < n) prefetch(k_cache + (j + kPrefetchAhead) * row + g * D, D);
-        scores[size_t(j)] = dot(qh, k_cache + j * row + g * D, D) * scale;
-        max_score = std::max(max_score, scores[size_t(j)]);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
-      float* o = out + (t * heads + h) * D;
-      std::fill(o, o + D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        if (j + kPrefetchAhead < n) prefetch(v_cache + (j + kPrefetchAhead) * row + g * D, D);
-        axpy(scores[size_t(j)] / sum, v_cache + j * row + g * D, o, D);
-      }
-    }
-  });
-}
-
 MQ_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
 
 MQ_VECTOR_CLONES void axpy(float a, const float* x, float* y, int64_t n) {
