@@ -1,4 +1,4 @@
-// cpu::matmul, the CPU engine's only hot loop: out[t, r] = sum_k in[t, k] W[r, k] in fp32.
+// cpu::matmul, the CPU engine's main hot loop: out[t, r] = sum_k in[t, k] W[r, k] in fp32.
 //
 // Two shapes of work, two kernels:
 // - Prefill (tokens > 1) is bound by the FMAs. W is packed a panel of 32 rows at a time, converted to
@@ -39,7 +39,7 @@ namespace megaqwen::cpu {
 namespace {
 
 constexpr int64_t kPanelRows = kPanelWidth;  // rows of W per packed panel
-constexpr int64_t kKBlock = 256;    // k values per accumulator pass (32 KiB of packed panel)
+constexpr int64_t kKBlock = 256;  // k values per accumulator pass (32 KiB of packed panel)
 
 #if defined(__x86_64__)
 #define MQ_X86 1
@@ -223,8 +223,6 @@ void gemm(const WeightMatrix& w, const float* in, int64_t tokens, float* out, Th
 // W[r, 2i + 1] in its high half. Both vector kernels keep 16 partial sums per parity (one zmm, or
 // two ymm for lanes 0-7 and 8-15) and reduce them in the same order, so they agree bit for bit.
 
-constexpr int kGemvRows = 1;
-
 // Sum of the 16 even and 16 odd lanes, then the scalar tail from word `tail` on.
 float finish_row(const float* even_lanes, const float* odd_lanes, const uint32_t* row, const float* xe,
                  const float* xo, int64_t tail, int64_t words) {
@@ -242,95 +240,54 @@ float finish_row(const float* even_lanes, const float* odd_lanes, const uint32_t
 // plain _mm512_slli_epi32's internal undefined operand may be used uninitialized (GCC bug 105593).
 MQ_TARGET_AVX512 inline __m512i shifted(__m512i v) { return _mm512_mask_slli_epi32(v, __mmask16(0xFFFF), v, 16); }
 
-template <int R>
-MQ_TARGET_AVX512 void gemv_rows_avx512(const uint32_t* const* row, const float* xe, const float* xo, int64_t words,
-                                       float* out) {
-  __m512 even[R], odd[R];
-  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+MQ_TARGET_AVX512 float gemv_row_avx512(const uint32_t* row, const float* xe, const float* xo, int64_t words) {
+  __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
   const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
   int64_t i = 0;
   for (; i + 16 <= words; i += 16) {
-    const __m512 e = _mm512_loadu_ps(xe + i), o = _mm512_loadu_ps(xo + i);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m512i v = _mm512_loadu_si512(row[r] + i);
-      even[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(shifted(v)), e, even[r]);
-      odd[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), o, odd[r]);
-    }
+    const __m512i v = _mm512_loadu_si512(row + i);
+    even = _mm512_fmadd_ps(_mm512_castsi512_ps(shifted(v)), _mm512_loadu_ps(xe + i), even);
+    odd = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), _mm512_loadu_ps(xo + i), odd);
   }
-  for (int r = 0; r < R; ++r) {
-    alignas(64) float el[16], ol[16];
-    _mm512_store_ps(el, even[r]);
-    _mm512_store_ps(ol, odd[r]);
-    out[r] = finish_row(el, ol, row[r], xe, xo, i, words);
-  }
+  alignas(64) float el[16], ol[16];
+  _mm512_store_ps(el, even);
+  _mm512_store_ps(ol, odd);
+  return finish_row(el, ol, row, xe, xo, i, words);
 }
 
-template <int R>
-MQ_TARGET_AVX2 void gemv_rows_avx2(const uint32_t* const* row, const float* xe, const float* xo, int64_t words,
-                                   float* out) {
-  __m256 even[R][2], odd[R][2];
-  for (int r = 0; r < R; ++r) even[r][0] = even[r][1] = odd[r][0] = odd[r][1] = _mm256_setzero_ps();
+MQ_TARGET_AVX2 float gemv_row_avx2(const uint32_t* row, const float* xe, const float* xo, int64_t words) {
+  __m256 even[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, odd[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
   int64_t i = 0;
   for (; i + 16 <= words; i += 16) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256 e = _mm256_loadu_ps(xe + i + h * 8), o = _mm256_loadu_ps(xo + i + h * 8);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + i + h * 8));
-        even[r][h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), e, even[r][h]);
-        odd[r][h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, high)), o, odd[r][h]);
-      }
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i + h * 8));
+      even[h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(xe + i + h * 8), even[h]);
+      odd[h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, high)), _mm256_loadu_ps(xo + i + h * 8), odd[h]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    alignas(32) float el[16], ol[16];
-    _mm256_store_ps(el, even[r][0]);
-    _mm256_store_ps(el + 8, even[r][1]);
-    _mm256_store_ps(ol, odd[r][0]);
-    _mm256_store_ps(ol + 8, odd[r][1]);
-    out[r] = finish_row(el, ol, row[r], xe, xo, i, words);
-  }
+  alignas(32) float el[16], ol[16];
+  _mm256_store_ps(el, even[0]);
+  _mm256_store_ps(el + 8, even[1]);
+  _mm256_store_ps(ol, odd[0]);
+  _mm256_store_ps(ol + 8, odd[1]);
+  return finish_row(el, ol, row, xe, xo, i, words);
 }
-#endif
-
-template <int R>
-using GemvFn = void (*)(const uint32_t* const*, const float*, const float*, int64_t, float*);
 
 // Rows [r0, r1) of a bf16 matrix with an even number of columns, at a vector level.
 void gemv_bf16_rows(const WeightMatrix& w, const float* xe, const float* xo, int64_t r0, int64_t r1, float* out,
                     SimdLevel level) {
   const int64_t words = w.cols / 2;
   const auto* base = reinterpret_cast<const uint32_t*>(w.data);
-  GemvFn<kGemvRows> four = nullptr;
-  GemvFn<1> one = nullptr;
-#if MQ_X86
-  if (level == SimdLevel::kAvx512) {
-    four = &gemv_rows_avx512<kGemvRows>;
-    one = &gemv_rows_avx512<1>;
-  } else {
-    four = &gemv_rows_avx2<kGemvRows>;
-    one = &gemv_rows_avx2<1>;
-  }
-#endif
-  (void)level;
-  int64_t r = r0;
-  for (; r + kGemvRows <= r1; r += kGemvRows) {
-    const uint32_t* rows[kGemvRows];
-    for (int j = 0; j < kGemvRows; ++j) rows[j] = base + (r + j) * words;
-    four(rows, xe, xo, words, out + r);
-  }
-  for (; r < r1; ++r) {
-    const uint32_t* single = base + r * words;
-    one(&single, xe, xo, words, out + r);
-  }
+  const auto row = level == SimdLevel::kAvx512 ? &gemv_row_avx512 : &gemv_row_avx2;
+  for (int64_t r = r0; r < r1; ++r) out[r] = row(base + r * words, xe, xo, words);
 }
+#endif
 
 void gemv(const WeightMatrix& w, const float* x, float* out, ThreadPool& pool) {
   const SimdLevel level = simd_level();
-  if (w.dtype != DType::BF16 || w.cols % 2 != 0 || level == SimdLevel::kGeneric) {
+  if (!MQ_X86 || w.dtype != DType::BF16 || w.cols % 2 != 0 || level == SimdLevel::kGeneric) {
     pool.parallel_for(size_t(w.rows), [&](size_t r0, size_t r1) {
       for (size_t r = r0; r < r1; ++r) out[r] = dot_row(w, int64_t(r), x);
     }, 64);
@@ -343,9 +300,11 @@ void gemv(const WeightMatrix& w, const float* x, float* out, ThreadPool& pool) {
     xe[i] = x[2 * i];
     xo[i] = x[2 * i + 1];
   }
+#if MQ_X86
   pool.parallel_for(size_t(w.rows), [&](size_t r0, size_t r1) {
     gemv_bf16_rows(w, xe, xo, int64_t(r0), int64_t(r1), out, level);
   }, 64);
+#endif
 }
 
 }  // namespace
