@@ -22,7 +22,9 @@ inline void cpu_relax() {
 #endif
 }
 
-// Polls `done` for up to ThreadPool::kSpin; true if it became true.
+// Polls `done` for up to ThreadPool::kSpin; true if it became true. It yields the core now and then:
+// on a machine busier than the pool (other processes, or more threads than cores) the thread being
+// waited for may be queued behind this one.
 template <typename Done>
 bool spin_until(Done done) {
   const auto deadline = std::chrono::steady_clock::now() + ThreadPool::kSpin;

@@ -4,7 +4,10 @@
 //
 // A decode step is ~200 parallel_for calls of 0.05-0.2 ms each, back to back. Waking a sleeping
 // thread through a futex costs tens of microseconds on a VM, so workers (and the caller waiting for
-// them) spin for a short while (kSpin) before they block on a condition variable.
+// them) spin for a short while (kSpin) before they block on a condition variable. Short, because on
+// a machine busier than the pool a spinning thread takes the core from the one it waits for:
+// measured (docs/PERFORMANCE.md), 20 us decodes as fast as 200 us on an idle machine and as fast as
+// not spinning at all on a loaded one, where 200 us made a parallel loop 3x slower.
 #pragma once
 
 #include <atomic>
@@ -31,7 +34,7 @@ class ThreadPool {
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain = 1);
 
   // How long an idle thread polls for the next task before it sleeps.
-  static constexpr std::chrono::microseconds kSpin{200};
+  static constexpr std::chrono::microseconds kSpin{20};
 
  private:
   void worker_loop(int index);
