@@ -161,7 +161,8 @@ MQ_TARGET_AVX2 void tile_avx2(const float* packed, const float* in, int64_t in_s
 
 using TileFn = void (*)(const float*, const float*, int64_t, int64_t, float*, bool);
 
-// kTiles<Kernel, MR>[m] is Kernel<m> for m in 1..MR: the remainder of the tokens gets an exact fit.
+// tile_table<Kernel>(0..MR-1)[m] is Kernel<m>::run for m in 1..MR: the tokens left over after the
+// full tiles get a tile of exactly their count.
 template <template <int> class Kernel, int... Ms>
 constexpr std::array<TileFn, sizeof...(Ms) + 1> tile_table(std::integer_sequence<int, Ms...>) {
   return {nullptr, &Kernel<Ms + 1>::run...};
