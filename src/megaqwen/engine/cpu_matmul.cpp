@@ -40,6 +40,10 @@ namespace {
 
 constexpr int64_t kPanelRows = kPanelWidth;  // rows of W per packed panel
 constexpr int64_t kKBlock = 256;  // k values per accumulator pass (32 KiB of packed panel)
+// k values per packing pass: one 64-byte line of each of the 32 rows, whose 4 KiB of fp32 output
+// stay in L1. Walking all 32 rows at every k instead touches lines K * 2 bytes apart, which (K = 1024:
+// 2 KiB) fall into two L1 sets and evict each other: that loop ran at one value per ~15 cycles.
+constexpr int64_t kPackKBlock = 32;
 
 #if defined(__x86_64__)
 #define MQ_X86 1
@@ -70,13 +74,71 @@ std::atomic<SimdLevel>& active_level() {
 // packed[k * 32 + j] = W[r0 + j, k] as fp32, zero for rows past the matrix's end. bf16 (what Qwen
 // ships) is widened in place, walking k outermost so the stores are contiguous; other dtypes go
 // through a row converted by matrix_row.
+#if MQ_X86
+// 16 x 16 blocks widened and transposed in registers: loads of 16 bf16 from each of 16 rows, then
+// three rounds of shuffles (pairs of values, pairs of pairs, 128-bit lanes) leave column k of the
+// block in one register, stored as 16 consecutive floats of packed row k. Returns how many k it did
+// (K rounded down to 16); the caller packs the rest.
+#pragma GCC diagnostic push
+// GCC 12 warns that the intrinsics' internal _mm512_undefined_* operands are uninitialized (they are
+// unused by design).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+MQ_TARGET_AVX512 int64_t pack_bf16_avx512(const uint16_t* base, int64_t K, float* packed) {
+  const int64_t done = K / 16 * 16;
+  for (int64_t k32 = 0; k32 < done; k32 += kPackKBlock)
+    for (int64_t half = 0; half < 2; ++half)  // rows 0-15, then 16-31, each reading its lines whole
+      for (int64_t k0 = k32; k0 < std::min(k32 + kPackKBlock, done); k0 += 16) {
+        __m512 r[16], t[16], u[16];
+        for (int j = 0; j < 16; ++j) {
+          const auto* src = reinterpret_cast<const __m256i*>(base + (half * 16 + j) * K + k0);
+          r[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(src)), 16));
+        }
+        // Per 128-bit lane l, holding columns 4l..4l+3: t[2i] = (r2i[0], r2i+1[0], r2i[1], r2i+1[1]).
+        for (int i = 0; i < 8; ++i) {
+          t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+          t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4i + e], lane l: rows 4i..4i+3 at column 4l + e.
+        for (int i = 0; i < 4; ++i) {
+          const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+          const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+          u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+          u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+          u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+          u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+        }
+        // Column 4l + e gathers lane l of u[e], u[4 + e], u[8 + e], u[12 + e]: a 4 x 4 transpose of lanes.
+        float* out = packed + k0 * kPanelRows + half * 16;
+        for (int e = 0; e < 4; ++e) {
+          const __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
+          const __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+          const __m512 v3 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
+          _mm512_storeu_ps(out + (0 + e) * kPanelRows, _mm512_shuffle_f32x4(v0, v2, 0x88));
+          _mm512_storeu_ps(out + (4 + e) * kPanelRows, _mm512_shuffle_f32x4(v1, v3, 0x88));
+          _mm512_storeu_ps(out + (8 + e) * kPanelRows, _mm512_shuffle_f32x4(v0, v2, 0xdd));
+          _mm512_storeu_ps(out + (12 + e) * kPanelRows, _mm512_shuffle_f32x4(v1, v3, 0xdd));
+        }
+      }
+  return done;
+}
+#pragma GCC diagnostic pop
+#endif
+
 void pack_panel(const WeightMatrix& w, int64_t r0, float* packed) {
   const int64_t K = w.cols, valid = std::min(kPanelRows, w.rows - r0);
   if (w.dtype == DType::BF16 && valid == kPanelRows) {
     const auto* base = reinterpret_cast<const uint16_t*>(w.data) + r0 * K;
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < kPanelRows; ++j)
-        packed[k * kPanelRows + j] = std::bit_cast<float>(uint32_t(base[j * K + k]) << 16);
+    int64_t start = 0;
+#if MQ_X86
+    if (active_level().load(std::memory_order_relaxed) == SimdLevel::kAvx512) start = pack_bf16_avx512(base, K, packed);
+#endif
+    for (int64_t k0 = start; k0 < K; k0 += kPackKBlock) {
+      const int64_t k1 = std::min(K, k0 + kPackKBlock);
+      for (int64_t j = 0; j < kPanelRows; ++j) {
+        const uint16_t* row = base + j * K;
+        for (int64_t k = k0; k < k1; ++k) packed[k * kPanelRows + j] = std::bit_cast<float>(uint32_t(row[k]) << 16);
+      }
+    }
     return;
   }
   std::vector<float> row(static_cast<size_t>(K));
