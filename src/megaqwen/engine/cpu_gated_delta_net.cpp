@@ -5,24 +5,34 @@
 #include <vector>
 
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/engine/cpu_simd.h"
 
 namespace megaqwen::cpu {
 
 void causal_conv(const WeightMatrix& conv, float* state, float* qkv, int64_t T, ThreadPool& pool) {
   const int64_t C = conv.rows, K = conv.cols;
   // The inputs in time order: K-1 remembered rows, then this chunk's T rows.
-  std::vector<float> in(size_t((K - 1 + T) * C));
+  std::vector<float> in(static_cast<size_t>((K - 1 + T) * C));
   std::copy_n(state, (K - 1) * C, in.data());
   std::copy_n(qkv, T * C, in.data() + (K - 1) * C);
+  // Time outermost over a block of channels, so each step reads K contiguous row pieces (walking one
+  // channel through time would touch a new cache line at every step).
   pool.parallel_for(size_t(C), [&](size_t c0, size_t c1) {
-    std::vector<float> taps(static_cast<size_t>(K));
-    for (size_t ch = c0; ch < c1; ++ch) {
-      matrix_row(conv, int64_t(ch), taps.data());
-      for (int64_t t = 0; t < T; ++t) {
-        float acc = 0;
-        for (int64_t j = 0; j < K; ++j) acc += taps[size_t(j)] * in[size_t((t + j) * C) + ch];
-        qkv[size_t(t * C) + ch] = silu(acc);
+    const auto n = static_cast<int64_t>(c1 - c0);
+    std::vector<float> taps(static_cast<size_t>(K * n)), row(static_cast<size_t>(K)), acc(static_cast<size_t>(n));
+    for (int64_t c = 0; c < n; ++c) {
+      matrix_row(conv, int64_t(c0) + c, row.data());
+      for (int64_t j = 0; j < K; ++j) taps[size_t(j * n + c)] = row[size_t(j)];
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < K; ++j) {
+        const float* x = in.data() + (t + j) * C + int64_t(c0);
+        const float* w = taps.data() + j * n;
+        for (int64_t c = 0; c < n; ++c) acc[size_t(c)] += w[c] * x[c];
       }
+      float* out = qkv + t * C + int64_t(c0);
+      for (int64_t c = 0; c < n; ++c) out[c] = silu(acc[size_t(c)]);
     }
   }, 64);
   std::copy_n(in.data() + T * C, (K - 1) * C, state);
@@ -49,27 +59,51 @@ void delta_net_gates(const DeltaNetShape& s, const WeightVector& A_log, const We
   }
 }
 
+namespace {
+
+// One token through one value head's state S [dk, dv], in the order delta_rule's header gives, but
+// in two passes over S instead of four (S is 64 KiB at 128 x 128: it lives in L2, and the passes were
+// what prefill waited on). Each lane j does the same operations in the same order as the four-step
+// form. m is scratch [dv]; o receives [dv].
+MQ_VECTOR_CLONES void delta_step(float* __restrict S, const float* __restrict k, const float* __restrict q,
+                                 const float* __restrict v, float alpha, float beta, int64_t dk, int64_t dv,
+                                 float* __restrict m, float* __restrict o) {
+  for (int64_t j = 0; j < dv; ++j) m[j] = 0.0f;
+  for (int64_t i = 0; i < dk; ++i) {  // S = alpha S; m = S^T k
+    float* __restrict s = S + i * dv;
+    const float ki = k[i];
+    for (int64_t j = 0; j < dv; ++j) {
+      s[j] *= alpha;
+      m[j] += ki * s[j];
+    }
+  }
+  for (int64_t j = 0; j < dv; ++j) m[j] = beta * (v[j] - m[j]);  // m now holds the write d
+  for (int64_t j = 0; j < dv; ++j) o[j] = 0.0f;
+  for (int64_t i = 0; i < dk; ++i) {  // S += k d^T; o = S^T q
+    float* __restrict s = S + i * dv;
+    const float ki = k[i], qi = q[i];
+    for (int64_t j = 0; j < dv; ++j) {
+      s[j] += ki * m[j];
+      o[j] += qi * s[j];
+    }
+  }
+}
+
+}  // namespace
+
 void delta_rule(const DeltaNetShape& s, float* states, const float* qkv, const float* beta, const float* g,
                 int64_t T, float* o, ThreadPool& pool) {
   const int64_t C = s.conv_dim(), Kd = s.key_dim(), per_key = s.nv / s.nk, dk = s.dk, dv = s.dv;
   pool.parallel_for(size_t(s.nv), [&](size_t h0, size_t h1) {
-    std::vector<float> m(static_cast<size_t>(dv)), d(static_cast<size_t>(dv));
+    std::vector<float> m(static_cast<size_t>(dv));
     for (size_t hv = h0; hv < h1; ++hv) {
       float* S = states + hv * size_t(dk * dv);
       const int64_t hk = int64_t(hv) / per_key;
       for (int64_t t = 0; t < T; ++t) {
-        const float* qt = qkv + t * C + hk * dk;
-        const float* kt = qkv + t * C + Kd + hk * dk;
-        const float* vt = qkv + t * C + 2 * Kd + int64_t(hv) * dv;
-        const float alpha = std::exp(g[t * s.nv + int64_t(hv)]), b = beta[t * s.nv + int64_t(hv)];
-        for (int64_t i = 0; i < dk * dv; ++i) S[i] *= alpha;
-        std::fill(m.begin(), m.end(), 0.0f);
-        for (int64_t i = 0; i < dk; ++i) axpy(kt[i], S + i * dv, m.data(), dv);
-        for (int64_t j = 0; j < dv; ++j) d[size_t(j)] = b * (vt[j] - m[size_t(j)]);
-        for (int64_t i = 0; i < dk; ++i) axpy(kt[i], d.data(), S + i * dv, dv);
-        float* ot = o + (t * s.nv + int64_t(hv)) * dv;
-        std::fill(ot, ot + dv, 0.0f);
-        for (int64_t i = 0; i < dk; ++i) axpy(qt[i], S + i * dv, ot, dv);
+        const float* row = qkv + t * C;
+        const int64_t at = t * s.nv + int64_t(hv);
+        delta_step(S, row + Kd + hk * dk, row + hk * dk, row + 2 * Kd + int64_t(hv) * dv, std::exp(g[at]), beta[at],
+                   dk, dv, m.data(), o + at * dv);
       }
     }
   });

@@ -4,16 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "megaqwen/engine/cpu_simd.h"
 #include "megaqwen/util/bf16.h"
 
-// The hot loops get an AVX2+FMA clone picked at load time, so one binary runs on any x86-64 and is
-// fast on the machines we have. Accumulating in 16 independent lanes lets the compiler vectorize
+// Accumulating in 16 independent lanes lets the compiler vectorize the MQ_VECTOR_CLONES loops
 // without -ffast-math; the result does not depend on the thread count.
-#if defined(__x86_64__) && !defined(__clang__)
-#define MQ_VECTOR_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define MQ_VECTOR_CLONES
-#endif
 
 namespace megaqwen::cpu {
 

@@ -4,6 +4,14 @@
 
 #include <string_view>
 
+// Plain loops that the compiler vectorizes get an AVX2+FMA clone picked at load time, so one binary
+// runs on any x86-64 and is fast on the machines we have.
+#if defined(__x86_64__) && !defined(__clang__)
+#define MQ_VECTOR_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define MQ_VECTOR_CLONES
+#endif
+
 namespace megaqwen::cpu {
 
 enum class SimdLevel {
