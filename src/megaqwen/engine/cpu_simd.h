@@ -5,9 +5,11 @@
 #include <string_view>
 
 // Plain loops that the compiler vectorizes get an AVX2+FMA clone picked at load time, so one binary
-// runs on any x86-64 and is fast on the machines we have.
+// runs on any x86-64 and is fast on the machines we have. The clone names the ISA level x86-64-v3,
+// which GCC's resolver tests by feature; "arch=haswell" (used here before) is tested by CPU model
+// and silently ran the SSE2 default on every AMD processor.
 #if defined(__x86_64__) && !defined(__clang__)
-#define MQ_VECTOR_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define MQ_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define MQ_VECTOR_CLONES
 #endif
