@@ -153,5 +153,22 @@ TEST(CpuMatmul, LevelIsClampedToWhatTheProcessorHas) {
   EXPECT_EQ(cpu::simd_level(), SimdLevel::kGeneric);
 }
 
+// The plain vectorized loops (cpu::dot, axpy, the norms; MQ_VECTOR_CLONES) must run their AVX2+FMA
+// clone wherever the processor has AVX2 and FMA. A fused multiply-add shows: lane 0 of dot adds
+// x * y = 1 + 2^-11 + 2^-24 to -(1 + 2^-11); rounding the product first (the SSE2 default) loses
+// the 2^-24. The clones were once picked by CPU model and every AMD machine ran the default.
+TEST(CpuVectorClones, ProcessorsWithFmaRunTheFmaClone) {
+#if defined(__x86_64__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  std::vector<float> a(32, 0.0f), b(32, 0.0f);
+  a[0] = -(1.0f + 0x1p-11f), b[0] = 1.0f;
+  a[16] = b[16] = 1.0f + 0x1p-12f;  // the same lane as element 0 in every lane layout up to 16 wide
+  EXPECT_EQ(cpu::dot(a.data(), b.data(), 32), 0x1p-24f) << "cpu::dot rounded the product: the SSE2 clone ran";
+#else
+  GTEST_SKIP() << "vector clones are built with GCC on x86-64 only";
+#endif
+}
+
 }  // namespace
 }  // namespace megaqwen
