@@ -1,8 +1,9 @@
 // cpu::causal_attention (cpu_attention.cpp) against a double-precision softmax(q K^T * scale) V, on
-// both of its paths (one query at a time below 8 new tokens, 32-query blocks on the matmul kernel
-// from 8), at every SIMD level this processor has: head sizes that are and are not multiples of the
-// 32-wide panel, GQA groups of 1, 2 and 4, a cache that already holds earlier positions, and outputs
-// poisoned with NaN. A block's tokens must also get what they get alone, bit for bit.
+// both of its paths (below 8 new tokens: runs of 128 cached positions whose partial softmaxes are
+// merged; from 8: 32-query blocks on the matmul kernel), at every SIMD level this processor has: head
+// sizes that are and are not multiples of the 32-wide panel, GQA groups of 1, 2 and 4, caches that
+// already hold earlier positions, and outputs poisoned with NaN. A token must also get what it gets
+// in another call or on another thread count, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,6 +91,10 @@ TEST(CpuAttention, MatchesExactSoftmaxOnBothPathsAtEveryLevel) {
   const std::vector<Case> cases = {
       {1, 4, 2, 16, 0},   {1, 4, 4, 128, 300}, {5, 8, 2, 48, 17},  {7, 2, 1, 32, 0},   {8, 2, 1, 32, 0},
       {9, 4, 2, 16, 3},   {33, 4, 1, 48, 0},   {40, 6, 3, 128, 70}, {65, 2, 2, 8, 260}, {100, 4, 2, 64, 0},
+      // Below 8 tokens the cache is split into runs of 128 positions merged afterwards: a token whose
+      // positions end exactly at a run's end, the next one starting a run, and Qwen3-0.6B's heads
+      // over 8 runs.
+      {6, 8, 2, 64, 127}, {3, 16, 8, 128, 1000},
   };
   for (SimdLevel level : {SimdLevel::kGeneric, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (level > cpu::detected_simd_level()) continue;
@@ -117,6 +122,25 @@ TEST(CpuAttention, BlockedTokensDoNotDependOnTheirNeighbours) {
   tail_in.q.erase(tail_in.q.begin(), tail_in.q.begin() + 20 * 4 * 64);
   const std::vector<float> c = run(tail, tail_in, three);
   ASSERT_EQ(std::memcmp(c.data(), a.data() + 20 * 4 * 64, c.size() * sizeof(float)), 0);
+}
+
+// The decode path: 5 tokens over 700 cached positions (6 runs each) on 1 and 3 threads, and the same
+// tokens computed 2 + 3 in two calls, bit for bit.
+TEST(CpuAttention, SplitTokensDoNotDependOnThreadsOrCalls) {
+  ThreadPool one(1), three(3);
+  std::mt19937 rng(11);
+  const Case whole{5, 8, 4, 128, 700};
+  const Inputs in = random_inputs(whole, rng);
+  const std::vector<float> a = run(whole, in, one), b = run(whole, in, three);
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+
+  const Case head{2, 8, 4, 128, 700}, tail{3, 8, 4, 128, 702};
+  Inputs head_in = in, tail_in = in;
+  head_in.q.resize(2 * 8 * 128);
+  tail_in.q.erase(tail_in.q.begin(), tail_in.q.begin() + 2 * 8 * 128);
+  const std::vector<float> c = run(head, head_in, three), d = run(tail, tail_in, one);
+  ASSERT_EQ(std::memcmp(c.data(), a.data(), c.size() * sizeof(float)), 0);
+  ASSERT_EQ(std::memcmp(d.data(), a.data() + 2 * 8 * 128, d.size() * sizeof(float)), 0);
 }
 
 }  // namespace

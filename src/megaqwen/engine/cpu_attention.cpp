@@ -1,9 +1,9 @@
 // cpu::causal_attention: softmax(q K^T * scale) V over the cache, per query head.
 //
-// One or a few new tokens (decode, short prefills) take one query at a time: a dot product with each
-// cached key, then the weighted sum of the values. That is bound by reading the cache, whose rows for
-// one kv head are D floats out of every kv_heads * D, a stride the hardware prefetchers do not
-// follow, so the rows a few positions ahead are prefetched explicitly.
+// One or a few new tokens (decode, short prefills) are bound by reading the cache. Reading one kv
+// head's rows (D floats out of every kv_heads * D) at a time is a strided walk that ran at a quarter
+// of the memory bandwidth; instead each work item takes a run of positions for all heads, reading
+// whole rows in order, and the runs' partial softmaxes are merged (attention_split).
 //
 // A prompt is bound by arithmetic instead (every key is used by every later query), and runs as two
 // matrix products on the matmul micro-kernel (cpu_panel_product.h), 32 queries of one head at a time:
@@ -23,42 +23,74 @@ namespace megaqwen::cpu {
 
 namespace {
 
-constexpr int64_t kPrefetchAhead = 8;     // cache rows requested ahead of the one being read
-constexpr int64_t kBlockedMinTokens = 8;  // fewer new tokens take one query at a time
+// Cached positions per work item of decode attention: at Qwen3-0.6B's shapes 1 MiB of K and V per
+// item, so a 4k context splits into 32 items and even a few hundred positions use two threads.
+constexpr int64_t kSplitPositions = 128;
+constexpr int64_t kBlockedMinTokens = 8;  // fewer new tokens take attention_split
 constexpr int64_t kQueryBlock = kPanelWidth;
-
-inline void prefetch(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-}
 
 // Index u of a parallel loop over `count` items whose cost grows with the index, reordered
 // 0, count-1, 1, count-2, ...: the pool's contiguous chunks then get as many long items as short ones.
 inline int64_t zigzag(int64_t u, int64_t count) { return u % 2 == 0 ? u / 2 : count - 1 - u / 2; }
 
-void attention_per_query(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t D,
-                         int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
-                         ThreadPool& pool) {
-  const int64_t group = heads / kv_heads, row = kv_heads * D;
-  pool.parallel_for(size_t(tokens * heads), [&](size_t i0, size_t i1) {
-    std::vector<float> scores(size_t(first_position + tokens));
+// Decode and short prefills: a work item is one token and a run of kSplitPositions cached positions,
+// for every head. It reads whole cache rows (all kv heads of a position, contiguous), so each thread
+// streams memory in order; items split a long context across all threads. Each item keeps, per head,
+// its running max m, the sum s of exp(score - m) and the unnormalized sum o of exp(score - m) v; the
+// items of a token are then merged in position order (flash-decoding's split): results do not depend
+// on the thread count or on which call computed a token.
+void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t D,
+                     int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
+                     ThreadPool& pool) {
+  const int64_t group = heads / kv_heads, row = kv_heads * D, C = kSplitPositions;
+  std::vector<int64_t> first_item(static_cast<size_t>(tokens + 1));  // token t owns items [first_item[t], [t + 1])
+  for (int64_t t = 0; t < tokens; ++t) first_item[size_t(t + 1)] = first_item[size_t(t)] + (first_position + t + C) / C;
+  const int64_t items = first_item.back();
+  std::vector<float> maxes(static_cast<size_t>(items * heads)), sums(maxes.size()), partial(maxes.size() * size_t(D));
+
+  pool.parallel_for(size_t(items), [&](size_t i0, size_t i1) {
+    std::vector<float> scores(static_cast<size_t>(heads * C));  // [head][position in the run]
     for (size_t i = i0; i < i1; ++i) {
-      const int64_t t = zigzag(int64_t(i) / heads, tokens), h = int64_t(i) % heads, g = h / group;
-      const int64_t n = first_position + t + 1;
-      const float* qh = q + (t * heads + h) * D;
-      float max_score = -INFINITY;
+      const auto it = std::upper_bound(first_item.begin(), first_item.end(), int64_t(i));
+      const int64_t t = (it - first_item.begin()) - 1, j0 = (int64_t(i) - first_item[size_t(t)]) * C;
+      const int64_t n = std::min(C, first_position + t + 1 - j0);
+      const float* qt = q + t * heads * D;
       for (int64_t j = 0; j < n; ++j) {
-        if (j + kPrefetchAhead < n) prefetch(k_cache + (j + kPrefetchAhead) * row + g * D, D);
-        scores[size_t(j)] = dot(qh, k_cache + j * row + g * D, D) * scale;
-        max_score = std::max(max_score, scores[size_t(j)]);
+        const float* k_row = k_cache + (j0 + j) * row;
+        for (int64_t h = 0; h < heads; ++h) scores[size_t(h * C + j)] = dot(qt + h * D, k_row + h / group * D, D) * scale;
       }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
+      float* o = &partial[i * size_t(heads * D)];
+      for (int64_t h = 0; h < heads; ++h) {
+        float* sh = &scores[size_t(h * C)];
+        float m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, sh[j]);
+        for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - m));
+        maxes[i * size_t(heads) + size_t(h)] = m;
+        sums[i * size_t(heads) + size_t(h)] = sum;
+      }
+      std::fill_n(o, heads * D, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* v_row = v_cache + (j0 + j) * row;
+        for (int64_t h = 0; h < heads; ++h) axpy(scores[size_t(h * C + j)], v_row + h / group * D, o + h * D, D);
+      }
+    }
+  });
+
+  // out = sum_c o_c e^(m_c - M) / sum_c s_c e^(m_c - M), M the largest m_c, over the token's runs in order.
+  pool.parallel_for(size_t(tokens * heads), [&](size_t u0, size_t u1) {
+    for (size_t u = u0; u < u1; ++u) {
+      const int64_t t = int64_t(u) / heads, h = int64_t(u) % heads;
+      const int64_t c0 = first_item[size_t(t)], c1 = first_item[size_t(t + 1)];
+      float M = -INFINITY, S = 0;
+      for (int64_t c = c0; c < c1; ++c) M = std::max(M, maxes[size_t(c * heads + h)]);
       float* o = out + (t * heads + h) * D;
-      std::fill(o, o + D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        if (j + kPrefetchAhead < n) prefetch(v_cache + (j + kPrefetchAhead) * row + g * D, D);
-        axpy(scores[size_t(j)] / sum, v_cache + j * row + g * D, o, D);
+      std::fill_n(o, D, 0.0f);
+      for (int64_t c = c0; c < c1; ++c) {
+        const float w = std::exp(maxes[size_t(c * heads + h)] - M);
+        S += sums[size_t(c * heads + h)] * w;
+        axpy(w, &partial[size_t((c * heads + h) * D)], o, D);
       }
+      for (int64_t d = 0; d < D; ++d) o[d] /= S;
     }
   });
 }
@@ -117,7 +149,7 @@ void causal_attention(const float* q, int64_t tokens, int64_t heads, int64_t kv_
   if (tokens >= kBlockedMinTokens)
     attention_blocked(q, tokens, heads, kv_heads, head_dim, first_position, k_cache, v_cache, scale, out, pool);
   else
-    attention_per_query(q, tokens, heads, kv_heads, head_dim, first_position, k_cache, v_cache, scale, out, pool);
+    attention_split(q, tokens, heads, kv_heads, head_dim, first_position, k_cache, v_cache, scale, out, pool);
 }
 
 }  // namespace megaqwen::cpu
