@@ -19,6 +19,7 @@
 #include "megaqwen/engine/engine.h"
 #include "megaqwen/model/qwen3_weights.h"
 #include "megaqwen/util/bf16.h"
+#include "test_random.h"  // random_floats
 
 namespace megaqwen::test {
 
@@ -71,13 +72,6 @@ inline std::optional<int32_t> device_token(Engine& engine, const SamplingParams&
     ASSERT_TRUE(::megaqwen::cuda::cublas_loadable(&mq_why2_)) << mq_why2_;       \
   } while (0)
 
-inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A host fp32 vector seen as a stored F32 weight vector (the CPU reference's norm weights and the like).
 inline WeightVector f32_vector(const std::vector<float>& w) {

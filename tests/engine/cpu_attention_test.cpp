@@ -107,40 +107,36 @@ TEST(CpuAttention, MatchesExactSoftmaxOnBothPathsAtEveryLevel) {
   cpu::set_simd_level(cpu::detected_simd_level());
 }
 
-// The prompt path: 70 tokens in one call equal 20 + 50 in two (the second starting from the cache the
-// first left), and 1 or 3 threads, bit for bit.
-TEST(CpuAttention, BlockedTokensDoNotDependOnTheirNeighbours) {
+// `whole` run on 1 and on 3 threads, and as its first `first_call` tokens then the rest in a second
+// call (starting from the cache the first left), gives the same outputs bit for bit.
+void expect_independent_of_threads_and_calls(const Case& whole, int64_t first_call, uint32_t seed) {
   ThreadPool one(1), three(3);
-  std::mt19937 rng(9);
-  const Case whole{70, 4, 2, 64, 10};
+  std::mt19937 rng(seed);
   const Inputs in = random_inputs(whole, rng);
   const std::vector<float> a = run(whole, in, one), b = run(whole, in, three);
-  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name(whole) << ": 1 or 3 threads";
 
-  const Case tail{50, 4, 2, 64, 30};
-  Inputs tail_in = in;
-  tail_in.q.erase(tail_in.q.begin(), tail_in.q.begin() + 20 * 4 * 64);
-  const std::vector<float> c = run(tail, tail_in, three);
-  ASSERT_EQ(std::memcmp(c.data(), a.data() + 20 * 4 * 64, c.size() * sizeof(float)), 0);
+  const size_t head_floats = size_t(first_call * whole.heads * whole.D);
+  Case head = whole, tail = whole;
+  head.tokens = first_call;
+  tail.tokens = whole.tokens - first_call;
+  tail.first_position = whole.first_position + first_call;
+  Inputs head_in = in, tail_in = in;
+  head_in.q.resize(head_floats);
+  tail_in.q.erase(tail_in.q.begin(), tail_in.q.begin() + ptrdiff_t(head_floats));
+  const std::vector<float> c = run(head, head_in, three), d = run(tail, tail_in, one);
+  ASSERT_EQ(std::memcmp(c.data(), a.data(), c.size() * sizeof(float)), 0) << name(head);
+  ASSERT_EQ(std::memcmp(d.data(), a.data() + head_floats, d.size() * sizeof(float)), 0) << name(tail);
 }
 
-// The decode path: 5 tokens over 700 cached positions (6 runs each) on 1 and 3 threads, and the same
-// tokens computed 2 + 3 in two calls, bit for bit.
-TEST(CpuAttention, SplitTokensDoNotDependOnThreadsOrCalls) {
-  ThreadPool one(1), three(3);
-  std::mt19937 rng(11);
-  const Case whole{5, 8, 4, 128, 700};
-  const Inputs in = random_inputs(whole, rng);
-  const std::vector<float> a = run(whole, in, one), b = run(whole, in, three);
-  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+// The prompt path: 70 tokens after 10 cached, as 20 + 50.
+TEST(CpuAttention, BlockedTokensDoNotDependOnTheirNeighbours) {
+  expect_independent_of_threads_and_calls({70, 4, 2, 64, 10}, 20, 9);
+}
 
-  const Case head{2, 8, 4, 128, 700}, tail{3, 8, 4, 128, 702};
-  Inputs head_in = in, tail_in = in;
-  head_in.q.resize(2 * 8 * 128);
-  tail_in.q.erase(tail_in.q.begin(), tail_in.q.begin() + 2 * 8 * 128);
-  const std::vector<float> c = run(head, head_in, three), d = run(tail, tail_in, one);
-  ASSERT_EQ(std::memcmp(c.data(), a.data(), c.size() * sizeof(float)), 0);
-  ASSERT_EQ(std::memcmp(d.data(), a.data() + 2 * 8 * 128, d.size() * sizeof(float)), 0);
+// The decode path: 5 tokens over 700 cached positions (6 runs each), as 2 + 3.
+TEST(CpuAttention, SplitTokensDoNotDependOnThreadsOrCalls) {
+  expect_independent_of_threads_and_calls({5, 8, 4, 128, 700}, 2, 11);
 }
 
 }  // namespace

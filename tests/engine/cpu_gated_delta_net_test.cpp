@@ -18,19 +18,14 @@
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/bf16.h"
 #include "megaqwen/util/thread_pool.h"
+#include "test_random.h"
 
 namespace megaqwen {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+using test::random_floats;
 
-std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+constexpr double kTolerance = 1e-5;
 
 // max |got - want| / max |want|.
 double rel_error(const std::vector<float>& got, const std::vector<double>& want) {

@@ -44,6 +44,7 @@
 #include "megaqwen/sampling/sampler.h"
 #include "megakernel/select_test_args.h"
 #include "simt/host_draw.h"
+#include "test_random.h"
 
 namespace megaqwen {
 namespace {
@@ -76,13 +77,7 @@ simt::Options threads_in(Order order, uint64_t seed = 1) {
 }
 const char* order_name(Order o) { return o == Order::Forward ? "forward" : o == Order::Reverse ? "reverse" : "random"; }
 
-std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 // ===================================== topk.cuh =====================================
 
