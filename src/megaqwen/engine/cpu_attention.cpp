@@ -43,7 +43,8 @@ void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_h
                      int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
                      ThreadPool& pool) {
   const int64_t group = heads / kv_heads, row = kv_heads * D, C = kSplitPositions;
-  std::vector<int64_t> first_item(static_cast<size_t>(tokens + 1));  // token t owns items [first_item[t], [t + 1])
+  // Token t owns items [first_item[t], first_item[t + 1]).
+  std::vector<int64_t> first_item(static_cast<size_t>(tokens + 1));
   for (int64_t t = 0; t < tokens; ++t) first_item[size_t(t + 1)] = first_item[size_t(t)] + (first_position + t + C) / C;
   const int64_t items = first_item.back();
   std::vector<float> maxes(static_cast<size_t>(items * heads)), sums(maxes.size()), partial(maxes.size() * size_t(D));
@@ -57,7 +58,8 @@ void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_h
       const float* qt = q + t * heads * D;
       for (int64_t j = 0; j < n; ++j) {
         const float* k_row = k_cache + (j0 + j) * row;
-        for (int64_t h = 0; h < heads; ++h) scores[size_t(h * C + j)] = dot(qt + h * D, k_row + h / group * D, D) * scale;
+        for (int64_t h = 0; h < heads; ++h)
+          scores[size_t(h * C + j)] = dot(qt + h * D, k_row + h / group * D, D) * scale;
       }
       float* o = &partial[i * size_t(heads * D)];
       for (int64_t h = 0; h < heads; ++h) {

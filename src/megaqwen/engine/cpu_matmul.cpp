@@ -71,9 +71,6 @@ std::atomic<SimdLevel>& active_level() {
 
 // ---- prefill: packing ------------------------------------------------------------------------
 
-// packed[k * 32 + j] = W[r0 + j, k] as fp32, zero for rows past the matrix's end. bf16 (what Qwen
-// ships) is widened in place, walking k outermost so the stores are contiguous; other dtypes go
-// through a row converted by matrix_row.
 #if MQ_X86
 // 16 x 16 blocks widened and transposed in registers: loads of 16 bf16 from each of 16 rows, then
 // three rounds of shuffles (pairs of values, pairs of pairs, 128-bit lanes) leave column k of the
@@ -124,6 +121,9 @@ MQ_TARGET_AVX512 int64_t pack_bf16_avx512(const uint16_t* base, int64_t K, float
 #pragma GCC diagnostic pop
 #endif
 
+// packed[k * 32 + j] = W[r0 + j, k] as fp32, zero for rows past the matrix's end. bf16 (what Qwen
+// ships) is widened in place, kPackKBlock values of k at a time (with AVX-512, 16 x 16 blocks in
+// registers); other dtypes go through a row converted by matrix_row.
 void pack_panel(const WeightMatrix& w, int64_t r0, float* packed) {
   const int64_t K = w.cols, valid = std::min(kPanelRows, w.rows - r0);
   if (w.dtype == DType::BF16 && valid == kPanelRows) {
