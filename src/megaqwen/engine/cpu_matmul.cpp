@@ -130,7 +130,7 @@ void pack_panel(const WeightMatrix& w, int64_t r0, float* packed) {
     const auto* base = reinterpret_cast<const uint16_t*>(w.data) + r0 * K;
     int64_t start = 0;
 #if MQ_X86
-    if (active_level().load(std::memory_order_relaxed) == SimdLevel::kAvx512) start = pack_bf16_avx512(base, K, packed);
+    if (simd_level() == SimdLevel::kAvx512) start = pack_bf16_avx512(base, K, packed);
 #endif
     for (int64_t k0 = start; k0 < K; k0 += kPackKBlock) {
       const int64_t k1 = std::min(K, k0 + kPackKBlock);
