@@ -6,9 +6,10 @@
 #                                                      no -march=native, libstdc++/libgcc linked statically
 #   build-gpu/lib/                                     the non-system shared libraries they load (fmt,
 #                                                      pcre2, utf8proc, libedit, libbsd, libmd, ...)
+#   build-gpu/tokenizer/qwen3/                         Qwen3's tokenizer from ../shared (4.5 MB)
 #   build-gpu/BUILD-INFO                               commit, compiler, ldd output
 # The CMake tree stays in build-gpu-tree/ (large, not carried). Carry build-gpu/ with the device tool:
-#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu"])
+#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu"], kind="nvidia-h200", timeout_s=600)
 # cuBLAS is not bundled (hundreds of MB): it is opened at run time from PyTorch's wheel on that machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,16 @@ for bin in build-gpu/bin/*; do ldd "$bin"; done | awk '/=> \// {print $3}' | sor
     *) cp -L "$lib" build-gpu/lib/ ;;
   esac
 done
+# The Qwen3 tokenizer for the synthetic model on the GPU machine (gpu-check's cli stage: generate
+# from text, a chat), where ../shared does not travel: the vocab.json + merges.txt form, 4.5 MB
+# (tokenizer.json is 11 MB of the same).
+tok=../shared/models/qwen3-0.6b
+if [ -f "$tok/vocab.json" ] && [ -f "$tok/merges.txt" ] && [ -f "$tok/tokenizer_config.json" ]; then
+  mkdir -p build-gpu/tokenizer/qwen3
+  cp "$tok/vocab.json" "$tok/merges.txt" "$tok/tokenizer_config.json" build-gpu/tokenizer/qwen3/
+else
+  echo "build-gpu.sh: no Qwen3 tokenizer in $tok; gpu-check's cli stage will generate from ids, without chat" >&2
+fi
 {
   echo "commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) (plus uncommitted changes: $(git status --porcelain 2>/dev/null | wc -l) files)"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | awk '{print $NF}')"
@@ -47,3 +58,9 @@ done
   for bin in build-gpu/bin/*; do echo "--- ldd $bin"; ldd "$bin"; done
 } > build-gpu/BUILD-INFO
 du -sh build-gpu build-gpu/bin/* build-gpu/lib | sed 's/^/build-gpu.sh: /'
+# The device tool carries at most 64 MiB: the working tree (tracked and untracked files git does not
+# ignore) plus build-gpu.
+tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+total_kb=$((tree_kb + $(du -sk build-gpu | cut -f1)))
+echo "build-gpu.sh: working tree + build-gpu = $((total_kb / 1024)) MiB of the device tool's 64"
+((total_kb <= 64 * 1024)) || echo "build-gpu.sh: OVER the 64 MiB the device tool carries" >&2

@@ -3,41 +3,62 @@
 # none of our Debian -dev libraries, no cmake/ctest needed, nothing installed). Build here first with
 # scripts/build-gpu.sh, then with the device tool:
 #   run(command="bash scripts/gpu-check.sh", carry=["build-gpu"], timeout_s=600)
+# Device time is short: 15 minutes a session, all calls together, a machine's start (1-2 min) and
+# the transfers included, so one call of ~10 min and perhaps a short second one while the machine is
+# still warm (30 s). Ask for the H200 by name (the issues' targets are the H200's):
+#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu"], kind="nvidia-h200", timeout_s=600)
 # Stages, in priority order (each under its own `timeout`; a failing stage does not stop the others;
-# a stage that would not fit in the remaining time is skipped and named in the summary):
+# a stage that would not fit in the remaining time is skipped; the summary's last line names the
+# stages still to run, ready to paste as MEGAQWEN_STAGES into the next call):
 #   env       GPU, driver, glibc, which tools exist; where cuBLAS was found
-#   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
-#   model     megaqwen synth --preset qwen3-0.6b (the benchmark and full-size test model)
-#   tests     build-gpu/bin/test_cuda (the ctest label gpu), run directly; gtest XML kept
+#   model     megaqwen synth --preset qwen3-0.6b (the benchmark and full-size test model), with the
+#             Qwen3 tokenizer that build-gpu.sh packs into build-gpu/tokenizer when ../shared has it
+#   tests     every test of build-gpu/bin/test_cuda (the ctest label gpu) but the larger models'
+#             (hybrid, mk-sizes), one suite per process so that a fault poisoning the CUDA context or
+#             a hang costs one suite; merged gtest XML (tests.xml), a crashed suite named with its
+#             last test
+#   cli       megaqwen generate --device cuda with both decode kernels next to the CPU's, and a
+#             scripted two-turn megaqwen chat --device cuda (what a user types)
+#   verify    megaqwen verify (the CPU reference vs both decode kernels: logits, greedy tokens), then
+#             tools/verify_hf.py: logits against transformers in fp32 and bf16 over 256 and 2,048
+#             positions, with a verdict
 #   bench     megaqwen bench --device cuda, depths 1,512,2048,8192,32768, prompts 512,4096; then
 #             bench_engine_state (the prompt cache's save/restore copies on the device) into the log
-#   verify    megaqwen verify (the CPU reference vs both decode kernels: logits, greedy tokens), then
-#             tools/verify_hf.py: logits against transformers in fp32 and bf16, with a verdict
+#   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
+#             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
+#             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE)
 #   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
-#   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests
-#   mk        the decode megakernel: its tests (tiny + full 0.6B), SASS counts (bulk copies, 128-bit
-#             shared loads), bench megakernel vs per-op at depths 1..32768, compute-sanitizer
-#             racecheck + memcheck on the tiny model (docs/MEGAKERNEL.md); MEGAQWEN_STAGES="env model mk"
-#             runs it alone (~330 s)
-#   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the CudaHybridEngine tests (tiny + full 0.8B),
-#             and hybrid megakernel tests, megaqwen verify, tools/verify_hf.py against transformers'
-#             Qwen3.5, a bench (decode on the hybrid megakernel), a prefill bench with
-#             MEGAQWEN_DELTANET_PREFILL=sequential and a decode bench with MEGAQWEN_DECODE=per-op (JSON
-#             printed into the log: the 8 files are taken)
+#   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
+#             racecheck and memcheck on the megakernel's tiny-model tests
+#   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the full-size CudaHybridEngine and hybrid
+#             megakernel tests (the tiny presets ran in tests), megaqwen verify,
+#             tools/verify_hf.py against transformers' Qwen3.5, a bench (decode on the hybrid
+#             megakernel), a prefill bench with MEGAQWEN_DELTANET_PREFILL=sequential and a decode
+#             bench with MEGAQWEN_DECODE=per-op (hybrid-bench.json holds all three)
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
-#             bench; MEGAQWEN_STAGES="env mk-sizes" runs it alone (~8 min)
+#             bench
+#   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
+# The default deadline (570 s) fits one call; the stages past what fits go to the next call, whose
+# command the summary prints (e.g. MEGAQWEN_STAGES="env model peers memcheck hybrid mk-sizes sass").
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
-# gpu-check.log (every stage's output), tests.xml, mk-tests.xml, bench.json, mk-bench.json, verify.json,
-# peers.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts are in the log).
-# MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default 570) bounds the run.
+# gpu-check.log (every stage's output), tests.xml, bench.json, mk-bench.json, verify.json,
+# peers.json, hybrid-bench.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts
+# are in the log). MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default
+# 570) bounds the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
-out="${OUT:-$root/build-gpu/out}"
+# MEGAQWEN_GPU_BUILD: the bundle build-gpu.sh made (tests point it at an ordinary build);
+# MEGAQWEN_CHECK_TMP: the scratch folder (models, per-suite gtest files, bench JSON before merging).
+gb="${MEGAQWEN_GPU_BUILD:-build-gpu}"
+[[ $gb == /* ]] || gb="$root/$gb"
+tmp="${MEGAQWEN_CHECK_TMP:-/tmp}"
+out="${OUT:-$gb/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-stages="${MEGAQWEN_STAGES:-env sass model tests mk bench verify peers memcheck hybrid mk-sizes}"
+all_stages="env model tests cli verify bench mk peers memcheck hybrid mk-sizes sass"
+stages="${MEGAQWEN_STAGES:-$all_stages}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
 declare -A status
@@ -67,8 +88,8 @@ stage() {
   say "=== $name: ${status[$name]}"
 }
 
-[ -x build-gpu/bin/megaqwen ] && [ -x build-gpu/bin/test_cuda ] || {
-  say "gpu-check.sh: build-gpu/bin is missing: run scripts/build-gpu.sh here and carry build-gpu"
+[ -x "$gb/bin/megaqwen" ] && [ -x "$gb/bin/test_cuda" ] || {
+  say "gpu-check.sh: $gb/bin is missing: run scripts/build-gpu.sh here and carry build-gpu"
   exit 2
 }
 
@@ -79,74 +100,135 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   f=$(find "$d" -maxdepth 3 -name 'libcublas.so.1[23]*' 2>/dev/null | head -1)
   if [ -n "$f" ]; then cublas_dir=$(dirname "$f"); break; fi
 done
-libpath="$root/build-gpu/lib${cublas_dir:+:$cublas_dir}"
+libpath="$gb/lib${cublas_dir:+:$cublas_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
-mkdir -p /tmp/mq-bin
+mkdir -p "$tmp/mq-bin"
 for b in megaqwen test_cuda bench_engine_state; do
-  [ -x "$root/build-gpu/bin/$b" ] || continue
-  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$root/build-gpu/bin/$b" >/tmp/mq-bin/$b
-  chmod +x /tmp/mq-bin/$b
+  [ -x "$gb/bin/$b" ] || continue
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$gb/bin/$b" >"$tmp/mq-bin/$b"
+  chmod +x "$tmp/mq-bin/$b"
 done
-mq=/tmp/mq-bin/megaqwen
-model=/tmp/mq-models/synth-qwen3-0.6b
-hybrid_model=/tmp/mq-models/synth-qwen3.5-0.8b
+mq=$tmp/mq-bin/megaqwen
+model=$tmp/mq-models/synth-qwen3-0.6b
+hybrid_model=$tmp/mq-models/synth-qwen3.5-0.8b
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || ls /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
 
 env_stage() {
   nvidia-smi || true
   echo "glibc: $(ldd --version | head -1)"
-  grep -m1 "built:" build-gpu/BUILD-INFO || true
+  grep -m1 "built:" "$gb/BUILD-INFO" || true
   echo "cuBLAS folder: ${cublas_dir:-NOT FOUND}"
   echo "compute-sanitizer: ${sanitizer:-not found}   cuobjdump: ${cuobjdump:-not found}"
   echo "python3: $(python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)' 2>&1)"
-  LD_LIBRARY_PATH="$libpath" ldd build-gpu/bin/megaqwen | grep -i "not found" && echo "MISSING LIBRARIES ABOVE"
-  $mq --help >/dev/null && echo "megaqwen starts"
+  LD_LIBRARY_PATH="$libpath" ldd "$gb/bin/megaqwen" | grep -i "not found" && echo "MISSING LIBRARIES ABOVE"
+  "$mq" --help >/dev/null && echo "megaqwen starts"
 }
 sass_stage() {
   [ -n "$cuobjdump" ] || { echo "no cuobjdump on this machine"; return 3; }
-  "$cuobjdump" -sass build-gpu/bin/megaqwen >/tmp/sass.txt || return 1
+  "$cuobjdump" -sass "$gb/bin/megaqwen" >"$tmp/sass.txt" || return 1
   # Not under $out: a ninth file there would not come back (8 files at most).
-  awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' /tmp/sass.txt >/tmp/sass-gemv.txt
-  echo "GEMV functions: $(grep -c 'Function :' /tmp/sass-gemv.txt); LDG.E.128 in them: $(grep -c 'LDG.E.128' /tmp/sass-gemv.txt); other LDG: $(grep 'LDG' /tmp/sass-gemv.txt | grep -vc 'LDG.E.128')"
+  awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' "$tmp/sass.txt" >"$tmp/sass-gemv.txt"
+  echo "GEMV functions: $(grep -c 'Function :' $tmp/sass-gemv.txt); LDG.E.128 in them: $(grep -c 'LDG.E.128' $tmp/sass-gemv.txt); other LDG: $(grep 'LDG' $tmp/sass-gemv.txt | grep -vc 'LDG.E.128')"
 }
 model_stage() {
-  [ -f "$model/model.safetensors" ] || $mq synth --preset qwen3-0.6b --seed 0 --out "$model"
+  [ -f "$model/model.safetensors" ] && return 0
+  local tok=()
+  [ -f "$gb/tokenizer/qwen3/vocab.json" ] && tok=(--tokenizer "$gb/tokenizer/qwen3")
+  "$mq" synth --preset qwen3-0.6b --seed 0 --out "$model" "${tok[@]}"
 }
+# run_suites DIR SUITE_TIMEOUT SUITE...: each gtest suite of test_cuda in its own process, output in
+# the log and DIR/NAME.{out,xml,rc}; merged into DIR/merged.xml by tools/merge_gtest_xml.py.
+run_suites() {
+  local dir=$1 limit=$2 s f
+  shift 2
+  rm -rf "$dir" && mkdir -p "$dir"
+  for s in "$@"; do
+    f=$dir/${s//\//_}
+    echo "--- suite $s"
+    timeout --kill-after=5 "$limit" "$tmp/mq-bin/test_cuda" --gtest_filter="$s.*" --gtest_output="xml:$f.xml" 2>&1 |
+      tee "$f.out"
+    echo "${PIPESTATUS[0]}" >"$f.rc"
+  done
+  python3 tools/merge_gtest_xml.py --runs "$dir" --out "$dir/merged.xml"
+}
+# The suites of test_cuda (gtest_list_tests: a suite's line is unindented, "Name." then perhaps a
+# comment; gtest_main's "Running main() from ..." is not one).
+list_suites() { "$tmp/mq-bin/test_cuda" --gtest_list_tests | awk '/^[^ ]/ && $1 ~ /\.$/ {sub(/\.$/, "", $1); print $1}'; }
+# The suites that need the larger models run in the hybrid and mk-sizes stages.
+larger_model_suites='^(Qwen3/MegakernelSizes|HybridMegakernelFull|CudaHybridFullModel)$'
 tests_stage() {
-  # the megakernel's tests run in the mk stage, the Qwen3.5 engine's in the hybrid stage
-  MEGAQWEN_TEST_QWEN3_06B="$model" /tmp/mq-bin/test_cuda --gtest_filter='-Megakernel*:*Hybrid*' \
-    --gtest_output="xml:$out/tests.xml"
+  local suites
+  suites=$(list_suites | grep -vE "$larger_model_suites") || return 1
+  MEGAQWEN_TEST_QWEN3_06B="$model" run_suites "$tmp/gtest-tests" 150 $suites
+  local rc=$?
+  cp "$tmp/gtest-tests/merged.xml" "$out/tests.xml"
+  return $rc
+}
+# What a user does: generate with each decode kernel next to the CPU (the same greedy text is
+# expected, though 28 layers of bf16 cache rounding may flip a near-tie late in it: verify judges),
+# and a scripted two-turn chat on the GPU.
+cli_stage() {
+  local rc=0 k prompt=(--ids "785 6722 315 9625 374")
+  [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ] && prompt=(--prompt "The capital of France is")
+  "$mq" generate --model "$model" --device cpu "${prompt[@]}" -n 48 --greedy --print-ids >"$tmp/gen-cpu.txt" || rc=1
+  echo "GENERATE cpu: $(cat $tmp/gen-cpu.txt)"
+  for k in megakernel per-op; do
+    "$mq" generate --model "$model" --device cuda --decode-kernel $k "${prompt[@]}" -n 48 --greedy --print-ids \
+      >"$tmp/gen-$k.txt" || { echo "GENERATE $k FAILED"; rc=1; continue; }
+    echo "GENERATE $k: $(cat $tmp/gen-$k.txt)"
+    cmp -s "$tmp/gen-cpu.txt" "$tmp/gen-$k.txt" && echo "GENERATE $k: same 48 tokens as the CPU" ||
+      echo "GENERATE $k: differs from the CPU (tokens above)"
+  done
+  [ "${prompt[0]}" = --prompt ] && "$mq" generate --model "$model" --device cuda "${prompt[@]}" -n 24 --greedy
+  if [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ]; then
+    printf 'Hello! Who are you?\nAnd what is 2 + 2?\n/stats\n' |
+      timeout 60 "$mq" chat --model "$model" --device cuda --plain --no-think -n 32 --greedy >"$tmp/chat.txt" 2>&1 &&
+      echo "CHAT: two turns answered on the GPU" || { echo "CHAT FAILED"; rc=1; }
+    cat "$tmp/chat.txt"
+  else
+    echo "CHAT: not run (no tokenizer in $gb/tokenizer: build-gpu.sh packs it from ../shared)"
+  fi
+  return $rc
 }
 hybrid_stage() {
   local rc=0
-  [ -f "$hybrid_model/model.safetensors" ] || $mq synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || return 1
-  MEGAQWEN_TEST_QWEN35_08B="$hybrid_model" /tmp/mq-bin/test_cuda --gtest_filter='*Hybrid*' || rc=1
-  timeout 90 $mq verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
+  [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || return 1
+  MEGAQWEN_TEST_QWEN35_08B="$hybrid_model" run_suites "$tmp/gtest-hybrid" 240 HybridMegakernelFull CudaHybridFullModel ||
+    rc=1
+  timeout 90 "$mq" verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
   timeout 120 python3 tools/verify_hf.py --binary "$mq" --model "$hybrid_model" --positions 128 || rc=1
-  $mq bench --model "$hybrid_model" --device cuda --prompt-len 512,4096 --depth 1,512,4096 --tokens 64 --repeats 3 \
-    --json /tmp/hybrid-bench.json || rc=1
-  echo "HYBRID BENCH JSON"; cat /tmp/hybrid-bench.json 2>/dev/null; echo
+  "$mq" bench --model "$hybrid_model" --device cuda --prompt-len 512,4096 --depth 1,512,4096 --tokens 64 --repeats 3 \
+    --json "$tmp/hybrid-bench.json" || rc=1
   # What the chunked delta rule buys in prefill: the same prompts with the token-by-token kernel.
-  MEGAQWEN_DELTANET_PREFILL=sequential timeout 60 $mq bench --model "$hybrid_model" --device cuda \
-    --prompt-len 512,4096 --depth 1 --tokens 8 --repeats 3 --json /tmp/hybrid-bench-seq.json || rc=1
-  echo "HYBRID SEQUENTIAL DELTANET BENCH JSON"; cat /tmp/hybrid-bench-seq.json 2>/dev/null; echo
+  MEGAQWEN_DELTANET_PREFILL=sequential timeout 60 "$mq" bench --model "$hybrid_model" --device cuda \
+    --prompt-len 512,4096 --depth 1 --tokens 8 --repeats 3 --json "$tmp/hybrid-bench-seq.json" || rc=1
   # What the hybrid megakernel buys in decode (the bench above decodes on it where it starts): the
   # per-operator graph at the same depths.
-  MEGAQWEN_DECODE=per-op timeout 60 $mq bench --model "$hybrid_model" --device cuda --prompt-len 16 \
-    --depth 1,512,4096 --tokens 64 --repeats 3 --json /tmp/hybrid-bench-perop.json || rc=1
-  echo "HYBRID PER-OP DECODE BENCH JSON"; cat /tmp/hybrid-bench-perop.json 2>/dev/null; echo
+  MEGAQWEN_DECODE=per-op timeout 60 "$mq" bench --model "$hybrid_model" --device cuda --prompt-len 16 \
+    --depth 1,512,4096 --tokens 64 --repeats 3 --json "$tmp/hybrid-bench-perop.json" || rc=1
+  python3 - "$out/hybrid-bench.json" "$tmp" <<'EOF'
+import json, sys
+runs, tmp = {}, sys.argv[2]
+for name, path in (("default", f"{tmp}/hybrid-bench.json"), ("deltanet-sequential", f"{tmp}/hybrid-bench-seq.json"),
+                   ("per-op-decode", f"{tmp}/hybrid-bench-perop.json")):
+    try:
+        runs[name] = json.load(open(path))
+    except (OSError, ValueError) as e:
+        runs[name] = {"error": str(e)}
+json.dump(runs, open(sys.argv[1], "w"), indent=1)
+EOF
   return $rc
 }
 bench_stage() {
-  $mq bench --model "$model" --device cuda --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
+  "$mq" bench --model "$model" --device cuda --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
     --repeats 5 --json "$out/bench.json"
   local rc=$?
   # The prompt cache's copies on the device (save_state / restore_state of 256 .. 4096 tokens), in the log.
-  if [ -x /tmp/mq-bin/bench_engine_state ]; then
+  if [ -x "$tmp/mq-bin/bench_engine_state" ]; then
     echo "ENGINE STATE BENCH (device copies of a saved sequence)"
-    MEGAQWEN_BENCH_MODEL="$model" MEGAQWEN_BENCH_DEVICE=cuda timeout 45 /tmp/mq-bin/bench_engine_state \
+    MEGAQWEN_BENCH_MODEL="$model" MEGAQWEN_BENCH_DEVICE=cuda timeout 45 "$tmp/mq-bin/bench_engine_state" \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true || echo "ENGINE STATE BENCH FAILED"
   fi
   return $rc
@@ -154,9 +236,9 @@ bench_stage() {
 verify_stage() {
   local k rc=0
   for k in megakernel per-op; do
-    timeout 60 $mq verify --model "$model" --device cuda --decode-kernel $k || { echo "MEGAQWEN VERIFY $k FAILED"; rc=1; }
+    timeout 60 "$mq" verify --model "$model" --device cuda --decode-kernel $k || { echo "MEGAQWEN VERIFY $k FAILED"; rc=1; }
   done
-  python3 tools/verify_hf.py --binary "$mq" --model "$model" --positions 256 --json "$out/verify.json" && return $rc
+  python3 tools/verify_hf.py --binary "$mq" --model "$model" --positions 256,2048 --json "$out/verify.json" && return $rc
 }
 peers_stage() {
   python3 tools/bench_peers.py --model "$model" --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
@@ -165,8 +247,17 @@ peers_stage() {
 memcheck_stage() {
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found on this machine"; return 3; }
   MEGAQWEN_TEST_QWEN3_06B="$model" LD_LIBRARY_PATH="$libpath" "$sanitizer" --tool memcheck --error-exitcode 9 \
-    --print-limit 20 build-gpu/bin/test_cuda \
+    --print-limit 20 "$gb/bin/test_cuda" \
     --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*:Presets/CudaHybridEngineTest.ChunkedPrefill*:Presets/CudaHybridEngineTest.Truncate*:CudaGatedDeltaNet.*'
+  local rc=$? tool
+  echo "SANITIZER memcheck (engine and kernels): $([ $rc = 0 ] && echo clean || echo "rc $rc")"
+  # The megakernel on the tiny model (slow under the tools: few tests).
+  for tool in racecheck memcheck; do
+    MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$gb/bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
+      echo "MK SANITIZER $tool: clean" || { echo "MK SANITIZER $tool: rc $?"; rc=1; }
+  done
+  return $rc
 }
 
 # mk_bench NAME MODEL_DIR LIMIT: megaqwen bench (decode by position) with the megakernel and with the
@@ -174,85 +265,83 @@ memcheck_stage() {
 mk_bench() {
   local name=$1 dir=$2 limit=$3 k
   for k in megakernel per-op; do
-    MEGAQWEN_DECODE=$k timeout "$limit" $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
-      --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "/tmp/mk-bench-$name-$k.json" ||
+    MEGAQWEN_DECODE=$k timeout "$limit" "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+      --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "$tmp/mk-bench-$name-$k.json" ||
       echo "MK BENCH $name $k FAILED"
   done
   # What in-kernel token selection costs: Qwen3's sampling defaults (top-k 20 + top-p) at two depths.
-  MEGAQWEN_DECODE=megakernel timeout 60 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout 60 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --temp 0.6 --top-k 20 --top-p 0.95 --seed 1 \
-    --json "/tmp/mk-bench-$name-megakernel-topk.json" || echo "MK BENCH $name sampled FAILED"
+    --json "$tmp/mk-bench-$name-megakernel-topk.json" || echo "MK BENCH $name sampled FAILED"
   # ... and the nucleus draw over the whole vocabulary (top-p without a top-k, as OpenAI clients ask).
-  MEGAQWEN_DECODE=megakernel timeout 45 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --temp 0.7 --top-k 0 --top-p 0.9 --seed 1 \
-    --json "/tmp/mk-bench-$name-megakernel-nucleus.json" || echo "MK BENCH $name nucleus FAILED"
+    --json "$tmp/mk-bench-$name-megakernel-nucleus.json" || echo "MK BENCH $name nucleus FAILED"
   # ... and scoring every greedy draw in the kernel (a logprob request: 5 alternatives).
-  MEGAQWEN_DECODE=megakernel timeout 45 $mq bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --logprobs 5 \
-    --json "/tmp/mk-bench-$name-megakernel-logprobs.json" || echo "MK BENCH $name logprobs FAILED"
-  python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "$name:megakernel:/tmp/mk-bench-$name-megakernel.json" \
-    "$name:per-op:/tmp/mk-bench-$name-per-op.json" "$name:megakernel-topk:/tmp/mk-bench-$name-megakernel-topk.json" \
-    "$name:megakernel-nucleus:/tmp/mk-bench-$name-megakernel-nucleus.json" \
-    "$name:megakernel-logprobs:/tmp/mk-bench-$name-megakernel-logprobs.json"
+    --json "$tmp/mk-bench-$name-megakernel-logprobs.json" || echo "MK BENCH $name logprobs FAILED"
+  python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "$name:megakernel:$tmp/mk-bench-$name-megakernel.json" \
+    "$name:per-op:$tmp/mk-bench-$name-per-op.json" "$name:megakernel-topk:$tmp/mk-bench-$name-megakernel-topk.json" \
+    "$name:megakernel-nucleus:$tmp/mk-bench-$name-megakernel-nucleus.json" \
+    "$name:megakernel-logprobs:$tmp/mk-bench-$name-megakernel-logprobs.json"
 }
 
 mk_stage() {
-  # 1. correctness first (tiny + full 0.6B), then the numbers, then the sanitizers on the tiny model.
-  MEGAQWEN_TEST_QWEN3_06B="$model" timeout 150 /tmp/mq-bin/test_cuda --gtest_filter='Megakernel*' \
-    --gtest_output="xml:$out/mk-tests.xml" || echo "MK TESTS FAILED (rc $?)"
+  # Its tests ran in the tests stage (tiny and full 0.6B), its sanitizers run in memcheck.
   if [ -n "$cuobjdump" ]; then
-    "$cuobjdump" -sass build-gpu/bin/megaqwen 2>/dev/null |
-      awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >/tmp/sass-mk.txt
-    echo "MK SASS: functions $(grep -c 'Function :' /tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP /tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF /tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' /tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' /tmp/sass-mk.txt)"
+    "$cuobjdump" -sass "$gb/bin/megaqwen" 2>/dev/null |
+      awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >"$tmp/sass-mk.txt"
+    echo "MK SASS: functions $(grep -c 'Function :' $tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP $tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF $tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' $tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' $tmp/sass-mk.txt)"
   fi
-  # 2. megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path); then what each
+  # Megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path); then what each
   # optimization buys: the same kernel with one switched back (MEGAQWEN_MK_ABLATE, layout.h).
   mk_bench qwen3-0.6b "$model" 100
   local ab abl=()
   for ab in 1 2 4 7; do
-    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout 40 $mq bench --model "$model" --device cuda --ctx 5000 \
-      --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "/tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
+      --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
       echo "MK BENCH ablate $ab FAILED"
-    abl+=("qwen3-0.6b:ablate-$ab:/tmp/mk-bench-qwen3-0.6b-ablate-$ab.json")
+    abl+=("qwen3-0.6b:ablate-$ab:$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json")
   done
-  python3 tools/mk_bench_table.py --out "$out/mk-bench.json" "${abl[@]}"
-  # 3. sanitizers on the tiny model (slow: tiny only, few tests).
-  if [ -n "$sanitizer" ]; then
-    for tool in racecheck memcheck; do
-      MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
-        build-gpu/bin/test_cuda --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
-        echo "MK SANITIZER $tool: clean" || echo "MK SANITIZER $tool: rc $?"
-    done
-  fi
+  python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "${abl[@]}"
 }
 
 # The larger compiled shapes (Qwen3-1.7B, 4B): synthetic models, the MegakernelSizes tests (gtest
 # output in the log: the 8-file limit), and the same side-by-side bench.
 mk_sizes_stage() {
-  local d17=/tmp/mq-models/synth-qwen3-1.7b d4=/tmp/mq-models/synth-qwen3-4b
-  [ -f "$d17/model.safetensors" ] || $mq synth --preset qwen3-1.7b --seed 0 --out "$d17" || return 1
-  [ -f "$d4/model.safetensors" ] || $mq synth --preset qwen3-4b --seed 0 --out "$d4" || return 1
-  MEGAQWEN_TEST_QWEN3_17B="$d17" MEGAQWEN_TEST_QWEN3_4B="$d4" timeout 180 /tmp/mq-bin/test_cuda \
-    --gtest_filter='Qwen3/MegakernelSizes*' || echo "MK SIZES TESTS FAILED (rc $?)"
+  local d17=$tmp/mq-models/synth-qwen3-1.7b d4=$tmp/mq-models/synth-qwen3-4b
+  [ -f "$d17/model.safetensors" ] || "$mq" synth --preset qwen3-1.7b --seed 0 --out "$d17" || return 1
+  [ -f "$d4/model.safetensors" ] || "$mq" synth --preset qwen3-4b --seed 0 --out "$d4" || return 1
+  MEGAQWEN_TEST_QWEN3_17B="$d17" MEGAQWEN_TEST_QWEN3_4B="$d4" run_suites "$tmp/gtest-sizes" 180 Qwen3/MegakernelSizes ||
+    echo "MK SIZES TESTS FAILED"
   mk_bench qwen3-1.7b "$d17" 120
   mk_bench qwen3-4b "$d4" 150
 }
 
-export root out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump
-export -f env_stage sass_stage model_stage tests_stage bench_stage verify_stage peers_stage memcheck_stage mk_stage \
-  mk_bench mk_sizes_stage hybrid_stage
+# The floor in mk_bench_table.py's tables: the datasheet bandwidth of the card found (H100 SXM 3.35
+# TB/s; H200 4.8 TB/s).
+peak_gb_s=4800
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && peak_gb_s=3350
 
-stage env 60 env_stage
-stage sass 60 sass_stage
-stage model 180 model_stage
+export root gb tmp out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites
+export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage \
+  peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage
+
+# Budgets are upper bounds (a stage that hangs is cut there), not predictions: nothing here has run
+# on a GPU yet. The order is the priority: correctness and issue #4's evidence first.
+stage env 30 env_stage
+stage model 60 model_stage
 stage tests 240 tests_stage
-stage mk 420 mk_stage
-stage bench 150 bench_stage
-stage verify 210 verify_stage
+stage cli 60 cli_stage
+stage verify 150 verify_stage
+stage bench 120 bench_stage
+stage mk 240 mk_stage
 stage peers 300 peers_stage
-stage memcheck 200 memcheck_stage
+stage memcheck 240 memcheck_stage
 stage hybrid 300 hybrid_stage
-stage mk-sizes 560 mk_sizes_stage
+stage mk-sizes 480 mk_sizes_stage
+stage sass 45 sass_stage
 
 python3 - "$out" "$log" <<'PY' | tee "$out/summary.md"
 import json, os, re, sys
@@ -262,13 +351,12 @@ print("## gpu-check summary\n")
 print("| stage | result |\n|---|---|")
 for m in re.finditer(r"^=== ([\w-]+): (.*)$", text, re.M):
     print(f"| {m.group(1)} | {m.group(2)} |")
-# Both gtest XML files (tests stage, mk stage). A binary that crashed or was killed writes none: then
-# the last test the log saw start is the suspect.
-last_run = re.findall(r"^\[ RUN      \] (\S+)", text, re.M)
-for name in ("tests.xml", "mk-tests.xml"):
+# The tests stage's merged gtest XML (a suite whose process died is one failed case naming its last
+# test; the hybrid and mk-sizes suites print their SUITE lines into the log).
+for name in ("tests.xml",):
     x = os.path.join(out, name)
     if not os.path.exists(x):
-        print(f"\n{name}: none written (stage skipped, crashed or timed out; last test started: {last_run[-1] if last_run else '-'})")
+        print(f"\n{name}: none written (tests stage skipped or cut off)")
         continue
     t = open(x, errors="replace").read()
     m = re.search(r'<testsuites tests="(\d+)" failures="(\d+)" disabled="(\d+)" errors="(\d+)"', t)
@@ -278,7 +366,7 @@ for name in ("tests.xml", "mk-tests.xml"):
         print(f"  FAILED {f[1]}.{f[0]}")
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
-                        "MEGAQWEN VERIFY", "| tg", "| pp",
+                        "MEGAQWEN VERIFY", "| tg", "| pp", "SUITE ", "GENERATE ", "CHAT", "SANITIZER",
                         "MK ", "| MK", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
         print(line)
 b = os.path.join(out, "bench.json")
@@ -293,3 +381,28 @@ if os.path.exists(p):
     j = json.load(open(p))
     print("\n" + j.get("table_markdown", ""))
 PY
+
+# What is left for the next call: the asked-for stages skipped for time (failed ones need a fix
+# first, and are named apart).
+pending=() failed=()
+for name in $stages; do
+  case "${status[$name]:-not reached}" in
+    skipped* | "not reached") pending+=("$name") ;;
+    "rc 0 "*) ;;
+    *) failed+=("$name") ;;
+  esac
+done
+{
+  echo
+  ((${#failed[@]})) && echo "FAILED stages: ${failed[*]} (see gpu-check.log)"
+  if ((${#pending[@]})); then
+    need="env"
+    for name in "${pending[@]}"; do
+      case $name in tests | cli | verify | bench | mk | peers | memcheck) need="env model" ;; esac
+    done
+    next=$(printf '%s\n' $need "${pending[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
+    echo "NEXT: MEGAQWEN_STAGES=\"${next% }\" bash scripts/gpu-check.sh"
+  else
+    echo "NEXT: every asked-for stage ran"
+  fi
+} | tee -a "$out/summary.md"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh's own logic, run on a machine without a GPU (a bash slip there would cost a GPU
+# session's few minutes of device time): an ordinary build stands in for build-gpu/, every test of
+# test_cuda skips, and the script must still list the suites, run each in its own process, merge
+# their XML, write the summary, and name what is left for the next call.
+# Usage: gpu_check_script_test.sh SOURCE_DIR MEGAQWEN_BINARY TEST_CUDA_BINARY (ctest passes them).
+set -uo pipefail
+src=$1 megaqwen=$2 test_cuda=$3
+if nvidia-smi -L >/dev/null 2>&1; then
+  echo "a GPU is present: gpu-check.sh would run the real thing; skipped"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/gb/bin"
+ln -s "$megaqwen" "$work/gb/bin/megaqwen"
+ln -s "$test_cuda" "$work/gb/bin/test_cuda"
+failures=0
+check() {  # check DESCRIPTION COMMAND...
+  if "${@:2}"; then echo "ok: $1"; else echo "FAILED: $1"; failures=$((failures + 1)); fi
+}
+run_check() {  # run_check OUT_DIR ENV...: the script with the stand-in build, into OUT_DIR
+  local o=$1
+  shift
+  env "$@" OUT="$o" MEGAQWEN_GPU_BUILD="$work/gb" MEGAQWEN_CHECK_TMP="$work/tmp" bash "$src/scripts/gpu-check.sh" \
+    >"$o.stdout" 2>&1
+  echo "gpu-check.sh exited $? ($(wc -l <"$o/gpu-check.log") log lines)"
+}
+
+# 1. env and tests: every suite of test_cuda, one process each, skipping.
+mkdir -p "$work/out1"
+run_check "$work/out1" MEGAQWEN_STAGES="env tests"
+o=$work/out1
+check "the summary was written" test -s "$o/summary.md"
+check "the tests stage ended with status 0" grep -qE '^\| tests \| rc 0 ' "$o/summary.md"
+check "tests.xml was merged" test -s "$o/tests.xml"
+suites=$("$test_cuda" --gtest_list_tests | grep -cE '^[^ ]+\.( |$)')
+cases=$("$test_cuda" --gtest_list_tests | grep -c '^  ')
+check "every suite but the larger models' ran in its own process ($suites suites)" \
+  test "$(grep -c '^--- suite ' "$o/gpu-check.log")" -eq $((suites - 3))
+check "tests.xml counts the cases those suites hold" \
+  python3 - "$o/tests.xml" "$cases" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+n, total = int(root.get("tests")), int(sys.argv[2])
+skipped = sum(1 for c in root.iter("testcase") if c.get("result") == "skipped")
+print(f"tests.xml: {n} tests of {total}, failures {root.get('failures')}, skipped {skipped}")
+# The larger models' suites hold a handful of cases; without a GPU nearly all the rest skip (a few
+# check host-side refusals).
+sys.exit(0 if total - 10 <= n < total and root.get("failures") == "0" and skipped >= n - 5 else 1)
+PY
+check "the summary says nothing is left" grep -q '^NEXT: every asked-for stage ran' "$o/summary.md"
+check "no stage failed" bash -c "! grep -q '^FAILED stages' '$o/summary.md'"
+
+# 2. A deadline too short for tests: it is skipped and named for the next call (with the model it
+# needs); cli runs and fails (no model, no GPU) and is named apart.
+mkdir -p "$work/out2"
+run_check "$work/out2" MEGAQWEN_STAGES="env tests cli" MEGAQWEN_DEADLINE=100
+o=$work/out2
+check "tests skipped for time" grep -qE '^\| tests \| skipped' "$o/summary.md"
+check "the failed cli stage is named" grep -q '^FAILED stages: cli ' "$o/summary.md"
+check "the next call's stages" grep -q '^NEXT: MEGAQWEN_STAGES="env model tests" bash scripts/gpu-check.sh' \
+  "$o/summary.md"
+
+# 3. A suite whose process dies leaves no XML: the merged file names it and its last test.
+runs=$work/runs
+mkdir -p "$runs"
+printf '[ RUN      ] A.one\n[       OK ] A.one (1 ms)\n[ RUN      ] A.two\n' >"$runs/A.out"
+echo 139 >"$runs/A.rc"
+cp "$work/tmp/gtest-tests/CudaKernels.xml" "$runs/B.xml" && echo 0 >"$runs/B.rc" && : >"$runs/B.out"
+python3 "$src/tools/merge_gtest_xml.py" --runs "$runs" --out "$runs/merged.xml" >"$runs/report.txt"
+check "a crashed suite fails the merge" test $? -eq 1
+check "it is named with its signal and last test" \
+  grep -q 'SUITE A: no XML; the process ended with exit status 139 (signal 11); last test started: A.two' \
+  "$runs/report.txt"
+check "the merged file counts it as a failure" grep -qE '<testsuites tests="[0-9]+" failures="1" ' "$runs/merged.xml"
+
+if ((failures)); then
+  echo "--- out1 summary"; cat "$work/out1/summary.md"; echo "--- out2 summary"; cat "$work/out2/summary.md"
+  echo "--- out2 log"; cat "$work/out2/gpu-check.log"
+  echo "$failures checks failed"
+  exit 1
+fi
+echo "all checks passed"
