@@ -46,7 +46,7 @@
 # are in the log). MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default
 # 570) bounds the run.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 root="$(pwd)"
 # MEGAQWEN_GPU_BUILD: the bundle build-gpu.sh made (tests point it at an ordinary build);
 # MEGAQWEN_CHECK_TMP: the scratch folder (models, per-suite gtest files, bench JSON before merging).

@@ -15,8 +15,13 @@ Tests, as megaqwen's benchmark defines them:
 Writes --json with every number and the table; reads megaqwen's bench JSON (--megaqwen-json) for the
 ratio columns. Stops starting new tests once --budget-seconds are spent (named in the output).
 
+--device cpu runs the same tests on the processor (megaqwen's CPU engine has its peers too; it is also
+how this script is checked on a machine without a GPU); compile mode there is torch.compile without
+CUDA graphs.
+
 Usage: python3 tools/bench_peers.py --model DIR [--prompt-len 512,4096] [--depth 1,512,2048,8192,32768]
        [--tokens 128] [--megaqwen-json bench.json] [--json peers.json] [--modes eager,compile]
+       [--device cuda|cpu]
 """
 
 import argparse
@@ -27,6 +32,7 @@ import time
 
 import torch
 
+DEVICE = "cuda"  # --device
 
 def ints(text):
     return [int(x) for x in text.split(",") if x.strip() and int(x) > 0]
@@ -44,12 +50,13 @@ def bench_tokens(n, vocab):
 
 
 def sync_time():
-    torch.cuda.synchronize()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter()
 
 
 def noise_like(shape, gen):
-    return (torch.rand(shape, generator=gen, device="cuda", dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+    return (torch.rand(shape, generator=gen, device=DEVICE, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
 
 
 class Runner:
@@ -60,11 +67,13 @@ class Runner:
         self.hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         self.forward = model.forward
         if mode == "compile":
-            self.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+            # "reduce-overhead" is CUDA graphs; on the CPU the default mode is the compiled path.
+            self.forward = torch.compile(model.forward, mode="reduce-overhead" if DEVICE == "cuda" else "default",
+                                         fullgraph=True)
 
     def new_cache(self, filled):
         from transformers import DynamicCache, StaticCache
-        gen = torch.Generator(device="cuda").manual_seed(1)
+        gen = torch.Generator(device=DEVICE).manual_seed(1)
         if self.mode == "eager":
             cache = DynamicCache()
             for layer in range(self.layers):
@@ -77,9 +86,9 @@ class Runner:
             cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
         except TypeError:
             cache = StaticCache(config=self.model.config, max_batch_size=1, max_cache_len=self.max_len,
-                                device="cuda", dtype=torch.bfloat16)
+                                device=DEVICE, dtype=torch.bfloat16)
         if filled > 0:
-            pos = torch.arange(filled, device="cuda")
+            pos = torch.arange(filled, device=DEVICE)
             for layer in range(self.layers):
                 k = noise_like((1, self.kvh, filled, self.hd), gen)
                 v = noise_like((1, self.kvh, filled, self.hd), gen)
@@ -88,16 +97,16 @@ class Runner:
 
     def step(self, token, cache, position):
         ids = token.view(1, 1)
-        pos = torch.tensor([position], device="cuda")
+        pos = torch.tensor([position], device=DEVICE)
         out = self.forward(input_ids=ids, past_key_values=cache, cache_position=pos, position_ids=pos.view(1, 1),
                            use_cache=True)
         return out.logits[0, -1].argmax()
 
     def prefill(self, ids):
         cache = self.new_cache(0)
-        pos = torch.arange(len(ids), device="cuda")
+        pos = torch.arange(len(ids), device=DEVICE)
         # Prefill is not compiled (the compiled graph is for one token); both modes run eager here.
-        out = self.model(input_ids=torch.tensor([ids], device="cuda"), past_key_values=cache, cache_position=pos,
+        out = self.model(input_ids=torch.tensor([ids], device=DEVICE), past_key_values=cache, cache_position=pos,
                          use_cache=True)
         return out.logits[0, -1].argmax()
 
@@ -114,9 +123,12 @@ def main():
     ap.add_argument("--megaqwen-json", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--budget-seconds", type=float, default=1e9)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench_peers.py: torch sees no GPU")
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_peers.py: torch sees no GPU (--device cpu runs on the processor)")
     import transformers
     from transformers import AutoModelForCausalLM
 
@@ -124,9 +136,10 @@ def main():
     prompts, depths, n = ints(args.prompt_len), ints(args.depth), args.tokens
     max_len = max([d + n + 1 for d in depths] + prompts + [1])
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa")
-    model = model.cuda().eval()
+    model = model.to(DEVICE).eval()
     vocab = model.config.vocab_size
-    results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": transformers.__version__,
+    where = torch.cuda.get_device_name(0) if DEVICE == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    results = {"device": DEVICE, "gpu": where, "torch": torch.__version__, "transformers": transformers.__version__,
                "model": args.model, "tokens": n, "repeats": args.repeats, "modes": {}, "skipped": []}
 
     for mode in [m for m in args.modes.split(",") if m]:
@@ -152,7 +165,7 @@ def main():
                             runner.prefill(ids)
                             t1 = sync_time()
                         else:
-                            ids = torch.tensor(bench_tokens(n + 1, vocab), device="cuda")
+                            ids = torch.tensor(bench_tokens(n + 1, vocab), device=DEVICE)
                             cache = runner.new_cache(value - 1)
                             tok = runner.step(ids[0], cache, value - 1)  # position depth, untimed
                             if mode == "compile" and r == 0:

@@ -23,7 +23,11 @@ stored bf16 weights (upcast) like megaqwen does:
 The bf16 transformers run is reported for scale, not judged: it rounds every activation to bf16, so its
 distance to fp32 is the error budget a bf16 engine normally has; megaqwen should be closer to fp32.
 
-Usage: python3 tools/verify_hf.py --binary build-gpu/bin/megaqwen --model DIR [--positions 256] [--json F]
+--device cpu holds megaqwen's CPU engine to the same references on the processor (its fp32 cache
+lands far inside these bounds), which is also how this script is checked without a GPU.
+
+Usage: python3 tools/verify_hf.py --binary build-gpu/bin/megaqwen --model DIR [--positions 256,2048] [--json F]
+       [--device cuda|cpu]
 """
 
 import argparse
@@ -37,6 +41,7 @@ import time
 import numpy as np
 import torch
 
+DEVICE = "cuda"  # --device
 THRESHOLDS = {"top1_min": 0.98, "kl_mean_max": 1e-3, "kl_max_max": 2e-2, "rel_err_max": 2e-2}
 
 
@@ -66,16 +71,17 @@ def hf_model_class(model_dir):
 
 def hf_logits(model_dir, ids, dtype):
     cls = hf_model_class(model_dir)
-    model = cls.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda().eval()
+    model = cls.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").to(DEVICE).eval()
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids], device="cuda"), use_cache=False).logits[0].float()
+        out = model(input_ids=torch.tensor([ids], device=DEVICE), use_cache=False).logits[0].float()
     del model
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 
 def compare(ours, ref):
-    """ours, ref: [positions, vocab] float32 tensors on the GPU."""
+    """ours, ref: [positions, vocab] float32 tensors on DEVICE."""
     lp_ref = torch.log_softmax(ref.double(), -1)
     lp_ours = torch.log_softmax(ours.double(), -1)
     kl = (lp_ref.exp() * (lp_ref - lp_ours)).sum(-1)
@@ -93,12 +99,15 @@ def main():
     ap.add_argument("--model", help="a Hugging Face layout Qwen3 or Qwen3.5 folder")
     ap.add_argument("--random-hf", action="store_true", help="build a random Qwen3-0.6B with transformers instead")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
-    ap.add_argument("--positions", type=int, default=256)
+    ap.add_argument("--positions", default="256", help="sequence lengths, e.g. 256,2048 (each from position 0)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="where both run (megaqwen's --device)")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("verify_hf.py: torch sees no GPU")
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        sys.exit("verify_hf.py: torch sees no GPU (--device cpu runs both on the processor)")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 
@@ -106,47 +115,67 @@ def main():
     model_dir = args.model
     if args.random_hf or not model_dir:
         model_dir = build_random_hf(os.path.join(work, "random-qwen3-0.6b"))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    vocab = config.get("text_config", config).get("vocab_size", 151936)
     rng = np.random.default_rng(args.seed)
-    ids = [int(x) for x in rng.integers(0, 151000, size=args.positions)]
+    results = {"model": model_dir, "device": DEVICE, "thresholds": THRESHOLDS, "torch": torch.__version__, "runs": []}
+    verdicts = []
+    # One sequence per length, each from position 0: a short one, and a long one where the cache's
+    # rounding and RoPE at large angles have had time to matter.
+    for n in ints(args.positions):
+        run = verify_sequence(args.binary, model_dir, work,
+                              [int(x) for x in rng.integers(0, min(vocab, 151000), size=n)])
+        results["runs"].append(run)
+        verdicts.append(run["verdict"])
+        print(f"\n{n} positions (megaqwen {run['megaqwen_seconds']:.1f} s):")
+        print("| comparison | top-1 | mean KL | max KL | max abs err | max rel err |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for k in ("megaqwen_vs_hf_fp32", "hf_bf16_vs_hf_fp32", "megaqwen_vs_hf_bf16"):
+            r = run[k]
+            print(f"| {k} | {r['top1_agreement']:.4f} | {r['kl_mean']:.3g} | {r['kl_max']:.3g} | "
+                  f"{r['max_abs_error']:.3g} | {r['max_rel_error']:.3g} |")
+        print(f"VERDICT (megaqwen on {DEVICE} vs transformers fp32, {n} positions): {run['verdict']}")
+    results["verdict"] = "PASS" if all(v == "PASS" for v in verdicts) else "FAIL"
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if results["verdict"] == "PASS" else 1
 
+
+def ints(text):
+    values = [int(x) for x in str(text).split(",") if x.strip()]
+    if not values or min(values) < 1:
+        sys.exit(f"verify_hf.py: --positions wants positive counts, got {text!r}")
+    return values
+
+
+def verify_sequence(binary, model_dir, work, ids):
+    """megaqwen's logits for ids against transformers' fp32 and bf16 ones, with the verdict."""
     t0 = time.time()
     logits_file = os.path.join(work, "megaqwen-logits.f32")
-    cmd = [args.binary, "logits", "--model", model_dir, "--device", "cuda", "-k", "1", "--ids", " ".join(map(str, ids)),
+    cmd = [binary, "logits", "--model", model_dir, "--device", DEVICE, "-k", "1", "--ids", " ".join(map(str, ids)),
            "--out", logits_file]
     run = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if run.returncode != 0:
         sys.exit(f"verify_hf.py: megaqwen logits failed ({run.returncode}): {run.stderr.strip()}")
-    ours = torch.from_numpy(np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)).cuda()
-    t_ours = time.time() - t0
-
-    results = {"model": model_dir, "positions": len(ids), "thresholds": THRESHOLDS,
-               "torch": torch.__version__, "megaqwen_seconds": t_ours}
+    ours = torch.from_numpy(np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)).to(DEVICE)
+    os.remove(logits_file)
+    result = {"positions": len(ids), "megaqwen_seconds": time.time() - t0}
     ref32 = hf_logits(model_dir, ids, torch.float32)
+    result["megaqwen_vs_hf_fp32"] = compare(ours, ref32)
     ref16 = hf_logits(model_dir, ids, torch.bfloat16)
-    results["megaqwen_vs_hf_fp32"] = compare(ours, ref32)
-    results["hf_bf16_vs_hf_fp32"] = compare(ref16, ref32)
-    results["megaqwen_vs_hf_bf16"] = compare(ours, ref16)
+    result["hf_bf16_vs_hf_fp32"] = compare(ref16, ref32)
+    result["megaqwen_vs_hf_bf16"] = compare(ours, ref16)
 
-    m = results["megaqwen_vs_hf_fp32"]
+    m = result["megaqwen_vs_hf_fp32"]
     failures = []
     if m["top1_agreement"] < THRESHOLDS["top1_min"]: failures.append(f"top-1 agreement {m['top1_agreement']:.4f}")
     if m["kl_mean"] > THRESHOLDS["kl_mean_max"]: failures.append(f"mean KL {m['kl_mean']:.3g}")
     if m["kl_max"] > THRESHOLDS["kl_max_max"]: failures.append(f"max KL {m['kl_max']:.3g}")
     if m["max_rel_error"] > THRESHOLDS["rel_err_max"]: failures.append(f"max relative error {m['max_rel_error']:.3g}")
-    results["verdict"] = "PASS" if not failures else "FAIL: " + ", ".join(failures)
-
-    print("| comparison | top-1 | mean KL | max KL | max abs err | max rel err |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for k in ("megaqwen_vs_hf_fp32", "hf_bf16_vs_hf_fp32", "megaqwen_vs_hf_bf16"):
-        r = results[k]
-        print(f"| {k} | {r['top1_agreement']:.4f} | {r['kl_mean']:.3g} | {r['kl_max']:.3g} | "
-              f"{r['max_abs_error']:.3g} | {r['max_rel_error']:.3g} |")
-    print(f"VERDICT (megaqwen vs transformers fp32, {len(ids)} positions): {results['verdict']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return 0 if not failures else 1
-
+    result["verdict"] = "PASS" if not failures else "FAIL: " + ", ".join(failures)
+    return result
 
 if __name__ == "__main__":
     sys.exit(main())
