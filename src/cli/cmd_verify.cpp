@@ -2,6 +2,9 @@
 // (prefill logits, decode logits, greedy tokens; src/megaqwen/engine/verify.h), prints a table and a
 // verdict, and exits 1 when the candidate fails. On a machine without a GPU the candidate is the CPU
 // engine itself: then it checks the token-by-token decode path against the batched prefill.
+// --bf16-kv-cache (with --device cpu) gives the CPU candidate the GPU's bf16 cache: the distance that
+// rounding alone puts between an engine and the fp32 reference on this model, the yardstick for a
+// GPU's report on the same model.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +29,7 @@ struct VerifyArgs {
   int positions = 160, decode = 32, generate = 64;
   uint64_t seed = 0;
   int shown_mismatches = 5;
+  bool bf16_kv_cache = false;
 };
 
 // Seeded ids spread over the whole vocabulary, as the GPU tests use: every embedding row and LM-head
@@ -81,6 +85,10 @@ void run_verify(const VerifyArgs& a) {
 
   EngineOptions candidate_options = a.model.engine;
   if (candidate_options.context == 0) candidate_options.context = need;
+  if (a.bf16_kv_cache) {
+    if (candidate_options.device != "cpu") fail("--bf16-kv-cache is for --device cpu (the CUDA engines' cache is bf16)");
+    candidate_options.bf16_kv_cache = true;
+  }
   auto candidate = create_engine(model, candidate_options);
   EngineOptions reference_options{.device = "cpu", .context = need, .threads = a.model.engine.threads, .quiet = true};
   auto reference = create_engine(model, reference_options);
@@ -168,6 +176,9 @@ void add_verify_command(CLI::App& app) {
   cmd->add_option("-s,--seed", a->seed, "Seed of the random ids")->capture_default_str();
   cmd->add_option("--show", a->shown_mismatches, "Mismatching positions to list per phase")->capture_default_str();
   cmd->add_option("--json", a->json, "Write the report as JSON to this file");
+  cmd->add_flag("--bf16-kv-cache", a->bf16_kv_cache,
+                "With --device cpu: the candidate rounds its KV cache to bf16 as the CUDA engines store theirs, "
+                "so the report shows what that rounding alone moves on this model");
   cmd->callback([a] { run_verify(*a); });
 }
 

@@ -502,6 +502,25 @@ TEST_F(CliBadInput, VerifyReportsAndWritesJson) {
   expect_one_error_line(with({"--positions", "0"}), {"--positions"});
 }
 
+// verify --bf16-kv-cache: the CPU candidate rounds its cache as the CUDA engines do, so its logits
+// move off the fp32 reference by that rounding alone (more than the decode path's own 1e-6, inside
+// verify's bounds); it is refused for any other device.
+TEST_F(CliBadInput, VerifyWithTheGpusBf16CacheOnTheCpu) {
+  const fs::path json = work_dir() / "verify-bf16.json";
+  const RunResult r = run({"verify", "-m", model().string(), "-d", "cpu", "-t", "2", "--positions", "40", "--decode",
+                           "8", "-n", "8", "--bf16-kv-cache", "--json", json.string()});
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("candidate: cpu (2 threads, KV cache rounded to bf16)"), std::string::npos) << r.out;
+  const ordered_json j = ordered_json::parse(read_file(json));
+  for (int phase : {0, 1}) {
+    const double err = j["phases"][phase]["worst_rel_error"].get<double>();
+    EXPECT_GT(err, 1e-5) << j["phases"][phase]["phase"];
+    EXPECT_LT(err, 2e-2) << j["phases"][phase]["phase"];
+  }
+  expect_one_error_line({"verify", "-m", model().string(), "-d", "auto", "--bf16-kv-cache"},
+                        {"--bf16-kv-cache is for --device cpu"});
+}
+
 // perplexity on a tiny model with the Qwen3 tokenizer: the running value per window, the final line
 // and the JSON agree; what cannot be measured ends with one error line.
 TEST_F(CliBadInput, PerplexityReportsAndRefuses) {

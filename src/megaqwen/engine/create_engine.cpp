@@ -68,6 +68,7 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   CpuEngineOptions cpu;
   cpu.context = options.context;
   cpu.threads = options.threads;
+  cpu.bf16_kv_cache = options.bf16_kv_cache;
   if (hybrid) return std::make_unique<CpuHybridEngine>(std::move(model), cpu);
   return std::make_unique<CpuEngine>(std::move(model), cpu);
 }

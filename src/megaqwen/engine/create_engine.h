@@ -16,6 +16,8 @@ struct EngineOptions {
   int threads = 0;              // CPU threads; 0: all
   bool quiet = false;           // no fallback notice
   std::string decode_kernel = "auto";  // CUDA: auto | megakernel | per-op (cuda::DecodeKernel)
+  // CPU engines: keep k and v rounded to bf16, as the CUDA engines store them (CpuEngineOptions).
+  bool bf16_kv_cache = false;
 };
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const EngineOptions& options);
