@@ -81,7 +81,10 @@ stage() {
   say "=== $name (limit ${budget}s) ==="
   local t0=$SECONDS
   # The stage functions run in a child bash (timeout cannot call a function): they and the variables
-  # they use are exported below.
+  # they use are exported below. This timeout kills the stage's whole process group; the timeouts
+  # inside the stages run with --foreground so that they stay in that group (a plain one moves to a
+  # group of its own, and a test cut off with its stage would go on running beside the next stage's
+  # benchmarks).
   timeout --kill-after=10 "$budget" bash -c "$*" >>"$log" 2>&1
   local rc=$?
   status[$name]="rc $rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' (timed out)')"
@@ -147,7 +150,7 @@ run_suites() {
   for s in "$@"; do
     f=$dir/${s//\//_}
     echo "--- suite $s"
-    timeout --kill-after=5 "$limit" "$tmp/mq-bin/test_cuda" --gtest_filter="$s.*" --gtest_output="xml:$f.xml" 2>&1 |
+    timeout --foreground --kill-after=5 "$limit" "$tmp/mq-bin/test_cuda" --gtest_filter="$s.*" --gtest_output="xml:$f.xml" 2>&1 |
       tee "$f.out"
     echo "${PIPESTATUS[0]}" >"$f.rc"
   done
@@ -184,7 +187,7 @@ cli_stage() {
   [ "${prompt[0]}" = --prompt ] && "$mq" generate --model "$model" --device cuda "${prompt[@]}" -n 24 --greedy
   if [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ]; then
     printf 'Hello! Who are you?\nAnd what is 2 + 2?\n/stats\n' |
-      timeout 60 "$mq" chat --model "$model" --device cuda --plain --no-think -n 32 --greedy >"$tmp/chat.txt" 2>&1 &&
+      timeout --foreground 60 "$mq" chat --model "$model" --device cuda --plain --no-think -n 32 --greedy >"$tmp/chat.txt" 2>&1 &&
       echo "CHAT: two turns answered on the GPU" || { echo "CHAT FAILED"; rc=1; }
     cat "$tmp/chat.txt"
   else
@@ -197,16 +200,16 @@ hybrid_stage() {
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || return 1
   MEGAQWEN_TEST_QWEN35_08B="$hybrid_model" run_suites "$tmp/gtest-hybrid" 240 HybridMegakernelFull CudaHybridFullModel ||
     rc=1
-  timeout 90 "$mq" verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
-  timeout 120 python3 tools/verify_hf.py --binary "$mq" --model "$hybrid_model" --positions 128 || rc=1
+  timeout --foreground 90 "$mq" verify --model "$hybrid_model" --device cuda || { echo "MEGAQWEN VERIFY HYBRID FAILED"; rc=1; }
+  timeout --foreground 120 python3 tools/verify_hf.py --binary "$mq" --model "$hybrid_model" --positions 128 || rc=1
   "$mq" bench --model "$hybrid_model" --device cuda --prompt-len 512,4096 --depth 1,512,4096 --tokens 64 --repeats 3 \
     --json "$tmp/hybrid-bench.json" || rc=1
   # What the chunked delta rule buys in prefill: the same prompts with the token-by-token kernel.
-  MEGAQWEN_DELTANET_PREFILL=sequential timeout 60 "$mq" bench --model "$hybrid_model" --device cuda \
+  MEGAQWEN_DELTANET_PREFILL=sequential timeout --foreground 60 "$mq" bench --model "$hybrid_model" --device cuda \
     --prompt-len 512,4096 --depth 1 --tokens 8 --repeats 3 --json "$tmp/hybrid-bench-seq.json" || rc=1
   # What the hybrid megakernel buys in decode (the bench above decodes on it where it starts): the
   # per-operator graph at the same depths.
-  MEGAQWEN_DECODE=per-op timeout 60 "$mq" bench --model "$hybrid_model" --device cuda --prompt-len 16 \
+  MEGAQWEN_DECODE=per-op timeout --foreground 60 "$mq" bench --model "$hybrid_model" --device cuda --prompt-len 16 \
     --depth 1,512,4096 --tokens 64 --repeats 3 --json "$tmp/hybrid-bench-perop.json" || rc=1
   python3 - "$out/hybrid-bench.json" "$tmp" <<'EOF'
 import json, sys
@@ -228,7 +231,7 @@ bench_stage() {
   # The prompt cache's copies on the device (save_state / restore_state of 256 .. 4096 tokens), in the log.
   if [ -x "$tmp/mq-bin/bench_engine_state" ]; then
     echo "ENGINE STATE BENCH (device copies of a saved sequence)"
-    MEGAQWEN_BENCH_MODEL="$model" MEGAQWEN_BENCH_DEVICE=cuda timeout 45 "$tmp/mq-bin/bench_engine_state" \
+    MEGAQWEN_BENCH_MODEL="$model" MEGAQWEN_BENCH_DEVICE=cuda timeout --foreground 45 "$tmp/mq-bin/bench_engine_state" \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true || echo "ENGINE STATE BENCH FAILED"
   fi
   return $rc
@@ -236,7 +239,7 @@ bench_stage() {
 verify_stage() {
   local k rc=0
   for k in megakernel per-op; do
-    timeout 60 "$mq" verify --model "$model" --device cuda --decode-kernel $k || { echo "MEGAQWEN VERIFY $k FAILED"; rc=1; }
+    timeout --foreground 60 "$mq" verify --model "$model" --device cuda --decode-kernel $k || { echo "MEGAQWEN VERIFY $k FAILED"; rc=1; }
   done
   python3 tools/verify_hf.py --binary "$mq" --model "$model" --positions 256,2048 --json "$out/verify.json" && return $rc
 }
@@ -253,7 +256,7 @@ memcheck_stage() {
   echo "SANITIZER memcheck (engine and kernels): $([ $rc = 0 ] && echo clean || echo "rc $rc")"
   # The megakernel on the tiny model (slow under the tools: few tests).
   for tool in racecheck memcheck; do
-    MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
+    MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout --foreground 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
       "$gb/bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
       echo "MK SANITIZER $tool: clean" || { echo "MK SANITIZER $tool: rc $?"; rc=1; }
   done
@@ -265,20 +268,20 @@ memcheck_stage() {
 mk_bench() {
   local name=$1 dir=$2 limit=$3 k
   for k in megakernel per-op; do
-    MEGAQWEN_DECODE=$k timeout "$limit" "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+    MEGAQWEN_DECODE=$k timeout --foreground "$limit" "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
       --depth 1,128,1024,4096,8192,16384,32768 --tokens 128 --repeats 3 --json "$tmp/mk-bench-$name-$k.json" ||
       echo "MK BENCH $name $k FAILED"
   done
   # What in-kernel token selection costs: Qwen3's sampling defaults (top-k 20 + top-p) at two depths.
-  MEGAQWEN_DECODE=megakernel timeout 60 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout --foreground 60 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --temp 0.6 --top-k 20 --top-p 0.95 --seed 1 \
     --json "$tmp/mk-bench-$name-megakernel-topk.json" || echo "MK BENCH $name sampled FAILED"
   # ... and the nucleus draw over the whole vocabulary (top-p without a top-k, as OpenAI clients ask).
-  MEGAQWEN_DECODE=megakernel timeout 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout --foreground 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --temp 0.7 --top-k 0 --top-p 0.9 --seed 1 \
     --json "$tmp/mk-bench-$name-megakernel-nucleus.json" || echo "MK BENCH $name nucleus FAILED"
   # ... and scoring every greedy draw in the kernel (a logprob request: 5 alternatives).
-  MEGAQWEN_DECODE=megakernel timeout 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
+  MEGAQWEN_DECODE=megakernel timeout --foreground 45 "$mq" bench --model "$dir" --device cuda --ctx 33000 --prompt-len 0 \
     --depth 1,4096 --tokens 128 --repeats 3 --logprobs 5 \
     --json "$tmp/mk-bench-$name-megakernel-logprobs.json" || echo "MK BENCH $name logprobs FAILED"
   python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "$name:megakernel:$tmp/mk-bench-$name-megakernel.json" \
@@ -299,7 +302,7 @@ mk_stage() {
   mk_bench qwen3-0.6b "$model" 100
   local ab abl=()
   for ab in 1 2 4 7; do
-    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout --foreground 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
       --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
       echo "MK BENCH ablate $ab FAILED"
     abl+=("qwen3-0.6b:ablate-$ab:$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json")
