@@ -173,8 +173,9 @@ tests_stage() {
 # expected, though 28 layers of bf16 cache rounding may flip a near-tie late in it: verify judges),
 # and a scripted two-turn chat on the GPU.
 cli_stage() {
-  local rc=0 k prompt=(--ids "785 6722 315 9625 374")
-  [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ] && prompt=(--prompt "The capital of France is")
+  local rc=0 k prompt=(--ids "785 6722 315 9625 374") text=false
+  [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ] && text=true
+  $text && prompt=(--prompt "The capital of France is")
   "$mq" generate --model "$model" --device cpu "${prompt[@]}" -n 48 --greedy --print-ids >"$tmp/gen-cpu.txt" || rc=1
   echo "GENERATE cpu: $(cat $tmp/gen-cpu.txt)"
   for k in megakernel per-op; do
@@ -184,8 +185,8 @@ cli_stage() {
     cmp -s "$tmp/gen-cpu.txt" "$tmp/gen-$k.txt" && echo "GENERATE $k: same 48 tokens as the CPU" ||
       echo "GENERATE $k: differs from the CPU (tokens above)"
   done
-  [ "${prompt[0]}" = --prompt ] && "$mq" generate --model "$model" --device cuda "${prompt[@]}" -n 24 --greedy
-  if [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ]; then
+  $text && "$mq" generate --model "$model" --device cuda "${prompt[@]}" -n 24 --greedy
+  if $text; then
     printf 'Hello! Who are you?\nAnd what is 2 + 2?\n/stats\n' |
       timeout --foreground 60 "$mq" chat --model "$model" --device cuda --plain --no-think -n 32 --greedy >"$tmp/chat.txt" 2>&1 &&
       echo "CHAT: two turns answered on the GPU" || { echo "CHAT FAILED"; rc=1; }

@@ -33,9 +33,11 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
   logits_.resize(size_t(c.vocab_size));
 }
 
-std::string CpuEngine::device_name() const {
-  return "cpu (" + std::to_string(pool_.size()) + " threads" + (bf16_kv_cache_ ? ", KV cache rounded to bf16)" : ")");
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache) {
+  return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16)" : ")");
 }
+
+std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
 
 std::span<const float> CpuEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");

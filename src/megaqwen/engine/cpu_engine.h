@@ -3,7 +3,9 @@
 // ../shared/docs/qwen-models.md, and each operation is one function in cpu_ops.h.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "megaqwen/engine/engine.h"
@@ -19,6 +21,9 @@ struct CpuEngineOptions {
   // GPU tests: against such a reference the cache's rounding cancels, and the bounds can be tight.
   bool bf16_kv_cache = false;
 };
+
+// The CPU engines' device line: "cpu (N threads)", and what the cache rounds to when it is not fp32.
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache);
 
 class CpuEngine final : public Engine {
  public:

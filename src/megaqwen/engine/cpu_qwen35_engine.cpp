@@ -58,9 +58,7 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   logits_.resize(size_t(c.vocab_size));
 }
 
-std::string CpuHybridEngine::device_name() const {
-  return "cpu (" + std::to_string(pool_.size()) + " threads" + (bf16_kv_cache_ ? ", KV cache rounded to bf16)" : ")");
-}
+std::string CpuHybridEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
 
 std::span<const float> CpuHybridEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");
