@@ -38,11 +38,18 @@
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
 #             bench
 #   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
+#   llamacpp  llama.cpp on the same model (tools/bench_llamacpp.py: converted to a bf16 GGUF there,
+#             llama-bench against megaqwen bench run just before it, same tests as bench). Needs
+#             build-llamacpp/gpu (scripts/build-llamacpp.sh --cuda), which does not fit in one carry
+#             beside all of build-gpu; its own call carries
+#             ["build-gpu/bin/megaqwen", "build-gpu/lib", "build-gpu/tokenizer", "build-llamacpp/gpu"]
+#             with MEGAQWEN_STAGES="env model llamacpp" (test_cuda is only needed by the stages
+#             that run it). Not carried: the stage is skipped and named in NEXT.
 # The default deadline (570 s) fits one call; the stages past what fits go to the next call, whose
 # command the summary prints (e.g. MEGAQWEN_STAGES="env model peers memcheck hybrid mk-sizes sass").
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
 # gpu-check.log (every stage's output), tests.xml, bench.json, mk-bench.json, verify.json,
-# peers.json, hybrid-bench.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts
+# peers.json (transformers and llama.cpp, whichever ran), hybrid-bench.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts
 # are in the log). MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default
 # 570) bounds the run.
 set -uo pipefail
@@ -57,7 +64,7 @@ out="${OUT:-$gb/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-all_stages="env model tests cli verify bench mk peers memcheck hybrid mk-sizes sass"
+all_stages="env model tests cli verify bench mk peers memcheck hybrid mk-sizes sass llamacpp"
 stages="${MEGAQWEN_STAGES:-$all_stages}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
@@ -91,10 +98,16 @@ stage() {
   say "=== $name: ${status[$name]}"
 }
 
-[ -x "$gb/bin/megaqwen" ] && [ -x "$gb/bin/test_cuda" ] || {
-  say "gpu-check.sh: $gb/bin is missing: run scripts/build-gpu.sh here and carry build-gpu"
+[ -x "$gb/bin/megaqwen" ] || {
+  say "gpu-check.sh: $gb/bin/megaqwen is missing: run scripts/build-gpu.sh here and carry build-gpu"
   exit 2
 }
+for name in tests memcheck hybrid mk-sizes; do
+  if want $name && [ ! -x "$gb/bin/test_cuda" ]; then
+    say "gpu-check.sh: stage $name runs $gb/bin/test_cuda, which was not carried (carry build-gpu)"
+    exit 2
+  fi
+done
 
 # cuBLAS: opened at run time by the engine; PyTorch's wheel carries libcublas.so.13.
 cublas_dir=""
@@ -246,7 +259,23 @@ verify_stage() {
 }
 peers_stage() {
   python3 tools/bench_peers.py --model "$model" --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
-    --megaqwen-json "$out/bench.json" --json "$out/peers.json" --budget-seconds 280
+    --megaqwen-json "$out/bench.json" --json "$tmp/peers-transformers.json" --budget-seconds 280
+}
+# llama.cpp's bundle (scripts/build-llamacpp.sh --cuda): llama-bench, the libraries it loads but
+# cuBLAS (PyTorch's, as for megaqwen), and convert_hf_to_gguf.py; the GGUF is made here once.
+llama="${MEGAQWEN_LLAMACPP_BUILD:-$root/build-llamacpp/gpu}"
+llamacpp_stage() {
+  [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ] ||
+    { echo "LLAMACPP: $model has no tokenizer (carry build-gpu/tokenizer): convert_hf_to_gguf.py needs one"; return 3; }
+  mkdir -p "$tmp/llama-bin"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+    "$llama/lib${cublas_dir:+:$cublas_dir}" "$llama/bin/llama-bench" >"$tmp/llama-bin/llama-bench"
+  chmod +x "$tmp/llama-bin/llama-bench"
+  grep -m2 -E '^(llama.cpp|build):' "$llama/BUILD-INFO" || true
+  python3 tools/bench_llamacpp.py --model "$model" --llama-bin "$tmp/llama-bin" --llama-src "$llama/convert" \
+    --gguf "$tmp/mq-models/synth-qwen3-0.6b-bf16.gguf" --device cuda --prompt-len 512,4096 \
+    --depth 1,512,2048,8192,32768 --tokens 128 --repeats 5 --megaqwen "$mq" --json "$tmp/peers-llamacpp.json" \
+    --budget-seconds 200 --test-timeout 60
 }
 memcheck_stage() {
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found on this machine"; return 3; }
@@ -328,9 +357,9 @@ mk_sizes_stage() {
 peak_gb_s=4800
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && peak_gb_s=3350
 
-export root gb tmp out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites
+export root gb tmp out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites llama
 export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage \
-  peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage
+  peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage llamacpp_stage
 
 # Budgets are upper bounds (a stage that hangs is cut there), not predictions: nothing here has run
 # on a GPU yet. The order is the priority: correctness and issue #4's evidence first.
@@ -346,6 +375,25 @@ stage memcheck 240 memcheck_stage
 stage hybrid 300 hybrid_stage
 stage mk-sizes 480 mk_sizes_stage
 stage sass 45 sass_stage
+if want llamacpp && [ ! -x "$llama/bin/llama-bench" ]; then
+  status[llamacpp]="skipped (build-llamacpp/gpu not carried)"
+  say "=== llamacpp: ${status[llamacpp]}"
+else
+  stage llamacpp 240 llamacpp_stage
+fi
+# Both peers' results in one file (the device tool brings back 8 files at most).
+python3 - "$out/peers.json" "$tmp/peers-transformers.json" "$tmp/peers-llamacpp.json" <<'PY'
+import json, os, sys
+runs = {}
+for name, path in (("transformers", sys.argv[2]), ("llama.cpp", sys.argv[3])):
+    if os.path.exists(path):
+        try:
+            runs[name] = json.load(open(path))
+        except ValueError as e:
+            runs[name] = {"error": str(e)}
+if runs:
+    json.dump(runs, open(sys.argv[1], "w"), indent=1)
+PY
 
 python3 - "$out" "$log" <<'PY' | tee "$out/summary.md"
 import json, os, re, sys
@@ -382,8 +430,8 @@ if os.path.exists(b):
         print(f"| {r['test']} | {r['median_tok_s']:.1f} | {r['achieved_gb_s']:.0f} | {100*r['fraction_of_memory_bandwidth']:.1f} | {r.get('tokens_per_joule', 0):.2f} |")
 p = os.path.join(out, "peers.json")
 if os.path.exists(p):
-    j = json.load(open(p))
-    print("\n" + j.get("table_markdown", ""))
+    for name, j in json.load(open(p)).items():
+        print(f"\n{name} on the same card and model:\n" + j.get("table_markdown", j.get("error", "")))
 PY
 
 # What is left for the next call: the asked-for stages skipped for time (failed ones need a fix
@@ -402,10 +450,12 @@ done
   if ((${#pending[@]})); then
     need="env"
     for name in "${pending[@]}"; do
-      case $name in tests | cli | verify | bench | mk | peers | memcheck) need="env model" ;; esac
+      case $name in tests | cli | verify | bench | mk | peers | memcheck | llamacpp) need="env model" ;; esac
     done
     next=$(printf '%s\n' $need "${pending[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
     echo "NEXT: MEGAQWEN_STAGES=\"${next% }\" bash scripts/gpu-check.sh"
+    [[ ${status[llamacpp]:-} == *"not carried"* ]] &&
+      echo "NEXT (llama.cpp): build-llamacpp/gpu was not carried; its call: MEGAQWEN_STAGES=\"env model llamacpp\" with carry=[\"build-gpu/bin/megaqwen\", \"build-gpu/lib\", \"build-gpu/tokenizer\", \"build-llamacpp/gpu\"]"
   else
     echo "NEXT: every asked-for stage ran"
   fi

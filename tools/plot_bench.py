@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots decode speed by context position from `megaqwen bench --json` files (and, optionally, the
-peers' JSON from tools/bench_peers.py) into one PNG: tok/s against the cache position, log-scaled.
+peers' JSON from tools/bench_peers.py, tools/bench_llamacpp.py or gpu-check's peers.json) into one PNG: tok/s against the cache position, log-scaled.
 
   python3 tools/plot_bench.py --out bench/results/decode_by_position.png \\
       --megaqwen per-op=bench.json --megaqwen megakernel=mk-bench.json [--peers peers.json] [--floor-gbs 4800]
@@ -25,20 +25,30 @@ def megaqwen_series(path):
     return sorted(points), data
 
 
+def decode_points(tests):
+    pts = []
+    for name, r in tests.items():
+        m = DECODE.match(name)
+        if m and isinstance(r, dict) and r.get("median_tok_s"):
+            pts.append((int(m.group(2)), r["median_tok_s"]))
+    return sorted(pts)
+
+
 def peer_series(path):
-    """{mode: [(depth, tok/s)]} from tools/bench_peers.py's JSON."""
+    """{label: [(depth, tok/s)]} from tools/bench_peers.py's JSON (one series per mode),
+    tools/bench_llamacpp.py's, or gpu-check's peers.json holding both ({"transformers": ..., "llama.cpp": ...})."""
     data = json.load(open(path))
+    runs = data if ("transformers" in data or "llama.cpp" in data) else {"": data}
     out = {}
-    for mode, tests in data.get("modes", {}).items():
-        if not isinstance(tests, dict):
+    for run in runs.values():
+        if not isinstance(run, dict):
             continue
-        pts = []
-        for name, r in tests.items():
-            m = DECODE.match(name)
-            if m and isinstance(r, dict) and r.get("median_tok_s"):
-                pts.append((int(m.group(2)), r["median_tok_s"]))
-        if pts:
-            out[mode] = sorted(pts)
+        if "modes" in run:
+            for mode, tests in run["modes"].items():
+                if isinstance(tests, dict) and decode_points(tests):
+                    out[f"transformers {mode}"] = decode_points(tests)
+        elif "tests" in run and decode_points(run["tests"]):
+            out["llama.cpp"] = decode_points(run["tests"])
     return out, data
 
 
@@ -74,9 +84,8 @@ def main():
             floor = [(d, args.floor_gbs * 1e9 / b) for d, _, b in points if b > 0]
     if args.peers:
         series, data = peer_series(args.peers)
-        for mode, points in series.items():
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="s", linestyle="--",
-                    label=f"transformers {mode}")
+        for label, points in series.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="s", linestyle="--", label=label)
     if floor:
         ax.plot([p[0] for p in floor], [p[1] for p in floor], color="gray", linestyle=":",
                 label=f"bandwidth floor ({args.floor_gbs:.0f} GB/s)")

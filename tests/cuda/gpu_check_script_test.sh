@@ -75,6 +75,20 @@ check "it is named with its signal and last test" \
   "$runs/report.txt"
 check "the merged file counts it as a failure" grep -qE '<testsuites tests="[0-9]+" failures="1" ' "$runs/merged.xml"
 
+# 4. The llama.cpp call: megaqwen without test_cuda is enough for it; without its bundle the stage is
+# skipped, and the summary says what that call must carry.
+mkdir -p "$work/gb4/bin" "$work/out4"
+ln -s "$megaqwen" "$work/gb4/bin/megaqwen"
+env MEGAQWEN_STAGES="env llamacpp" OUT="$work/out4" MEGAQWEN_GPU_BUILD="$work/gb4" MEGAQWEN_CHECK_TMP="$work/tmp" \
+  MEGAQWEN_LLAMACPP_BUILD="$work/no-llamacpp" bash "$src/scripts/gpu-check.sh" >"$work/out4.stdout" 2>&1
+o=$work/out4
+check "the llamacpp stage is skipped without its bundle" \
+  grep -qE '^\| llamacpp \| skipped \(build-llamacpp/gpu not carried\) \|' "$o/summary.md"
+check "and named for the next call with its carry" grep -q '^NEXT (llama.cpp): .*"build-llamacpp/gpu"' "$o/summary.md"
+check "stages that need test_cuda refuse to start without it" \
+  bash -c "env MEGAQWEN_STAGES='env tests' OUT='$work/out5' MEGAQWEN_GPU_BUILD='$work/gb4' MEGAQWEN_CHECK_TMP='$work/tmp' \
+    bash '$src/scripts/gpu-check.sh' >/dev/null 2>&1; test \$? -eq 2"
+
 if ((failures)); then
   echo "--- out1 summary"; cat "$work/out1/summary.md"; echo "--- out2 summary"; cat "$work/out2/summary.md"
   echo "--- out2 log"; cat "$work/out2/gpu-check.log"

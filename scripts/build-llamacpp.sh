@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds llama.cpp, the peer most users measure an engine against, for tools/bench_llamacpp.py.
+# Its source comes from the llama-cpp-python source release on PyPI (pinned below, checked by
+# SHA-256), which vendors a whole llama.cpp tree: our machines reach PyPI, not GitHub.
+#
+#   bash scripts/build-llamacpp.sh          build-llamacpp/cpu/bin/{llama-bench,llama-perplexity}
+#                                           for this machine's processor (-march=native: llama.cpp at
+#                                           its best here, as megaqwen's CPU kernels pick theirs)
+#   bash scripts/build-llamacpp.sh --cuda   build-llamacpp/gpu/: llama-bench for the H200 (sm_90a, no
+#                                           -march=native), libstdc++/libgcc static, the shared
+#                                           libraries it needs but cuBLAS (PyTorch's wheel has that
+#                                           there), and convert_hf_to_gguf.py with its packages, since
+#                                           the GGUF is made there from the synthetic model. Carry
+#                                           it with gpu-check's llamacpp stage (docs/PERFORMANCE.md).
+# The source and CMake trees stay in build-llamacpp/src and build-llamacpp/tree-*; ccache is used
+# when present. The CUDA build compiles ~190 CUDA files: about an hour on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+cuda=false
+case "${1:-}" in
+  --cuda) cuda=true ;;
+  "") ;;
+  *) echo "usage: bash scripts/build-llamacpp.sh [--cuda]" >&2; exit 2 ;;
+esac
+jobs="${MEGAQWEN_JOBS:-2}"
+top=build-llamacpp
+src=$top/src
+mkdir -p "$top"
+
+if [ ! -f "$src/CMakeLists.txt" ]; then
+  sdist=$top/llama_cpp_python-$version.tar.gz
+  if [ ! -f "$sdist" ]; then
+    python3 -m pip download --no-deps --no-binary :all: --dest "$top" "llama-cpp-python==$version" >&2
+  fi
+  echo "$sha256  $sdist" | sha256sum -c --quiet - || { echo "build-llamacpp.sh: $sdist does not have the pinned SHA-256" >&2; exit 1; }
+  rm -rf "$src" "$top/unpack" && mkdir -p "$top/unpack"
+  tar xzf "$sdist" -C "$top/unpack"
+  mv "$top/unpack/llama_cpp_python-$version/vendor/llama.cpp" "$src"
+  rm -rf "$top/unpack"
+fi
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+  -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}")
+
+if ! $cuda; then
+  cmake -S "$src" -B "$top/tree-cpu" "${common[@]}" -DGGML_NATIVE=ON >/dev/null
+  cmake --build "$top/tree-cpu" -j "$jobs" --target llama-bench llama-perplexity
+  mkdir -p "$top/cpu/bin"
+  cp "$top/tree-cpu/bin/llama-bench" "$top/tree-cpu/bin/llama-perplexity" "$top/cpu/bin/"
+  echo "build-llamacpp.sh: $top/cpu/bin: $(ls "$top/cpu/bin" | tr '\n' ' ')"
+  exit 0
+fi
+
+export PATH="/usr/local/cuda/bin:$PATH"
+command -v nvcc >/dev/null || { echo "build-llamacpp.sh: nvcc not found" >&2; exit 1; }
+cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+cmake --build "$top/tree-cuda" -j "$jobs" --target llama-bench
+gpu=$top/gpu
+rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/convert"
+cp "$top/tree-cuda/bin/llama-bench" "$gpu/bin/"
+strip "$gpu/bin/llama-bench"
+# The shared libraries outside the C library, the loader, the driver and cuBLAS (PyTorch's wheel
+# carries cuBLAS 13 there; gpu-check puts its folder on LD_LIBRARY_PATH).
+ldd "$gpu/bin/llama-bench" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*|libnvidia*|libcublas*) ;;
+    *) cp -L "$lib" "$gpu/lib/" ;;
+  esac
+done
+cp "$src/convert_hf_to_gguf.py" "$gpu/convert/"
+cp -r "$src/conversion" "$gpu/convert/"
+cp -r "$src/gguf-py/gguf" "$gpu/convert/gguf"
+find "$gpu/convert" -name __pycache__ -prune -exec rm -rf {} +
+{
+  echo "llama.cpp: vendored in llama-cpp-python $version ($(grep -m1 'ggml commit' "$top/tree-cuda/CMakeCache.txt" 2>/dev/null || true))"
+  echo "build: $(cd "$top/tree-cuda" && grep -E '^(GGML_BUILD_COMMIT|LLAMA_BUILD_COMMIT|CMAKE_CUDA_ARCHITECTURES)' CMakeCache.txt | tr '\n' ' ')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(nvcc --version | tail -1)"
+  echo "--- ldd llama-bench"; ldd "$gpu/bin/llama-bench"
+} >"$gpu/BUILD-INFO"
+du -sh "$gpu" "$gpu"/* | sed 's/^/build-llamacpp.sh: /'
