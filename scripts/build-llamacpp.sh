@@ -48,7 +48,7 @@ common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPEN
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}")
 
 if ! $cuda; then
-  cmake -S "$src" -B "$top/tree-cpu" "${common[@]}" -DGGML_NATIVE=ON >/dev/null
+  [ -f "$top/tree-cpu/CMakeCache.txt" ] || cmake -S "$src" -B "$top/tree-cpu" "${common[@]}" -DGGML_NATIVE=ON >/dev/null
   cmake --build "$top/tree-cpu" -j "$jobs" --target llama-bench llama-perplexity
   mkdir -p "$top/cpu/bin"
   cp "$top/tree-cpu/bin/llama-bench" "$top/tree-cpu/bin/llama-perplexity" "$top/cpu/bin/"
@@ -58,8 +58,9 @@ fi
 
 export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || { echo "build-llamacpp.sh: nvcc not found" >&2; exit 1; }
-cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+# A tree configured before is only rebuilt (an hour's work is not redone for a changed flag: remove it).
+[ -f "$top/tree-cuda/CMakeCache.txt" ] || cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF \
+  -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
 cmake --build "$top/tree-cuda" -j "$jobs" --target llama-bench
 gpu=$top/gpu
 rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/convert"

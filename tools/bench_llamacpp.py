@@ -65,6 +65,25 @@ def converter_env(llama_src):
     return env
 
 
+def tensor_names(model):
+    """Every tensor name in a folder's safetensors files (their JSON headers only)."""
+    names = []
+    for f in sorted(os.listdir(model)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(model, f), "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                names += [k for k in json.loads(fh.read(size)) if k != "__metadata__"]
+    return names
+
+
+def lacks_declared_mtp(model):
+    """Qwen3.5's config declares a multi-token-prediction layer that megaqwen does not use (nor
+    synthesize); llama.cpp's converter then expects its `mtp.*` tensors unless told --no-mtp."""
+    cfg = load_json(os.path.join(model, "config.json"))
+    n = cfg.get("text_config", cfg).get("mtp_num_hidden_layers", 0)
+    return bool(n) and not any(k.startswith(("mtp.", "model.mtp.")) for k in tensor_names(model))
+
+
 def convert(model, gguf, llama_src):
     if os.path.exists(gguf):
         return
@@ -72,7 +91,8 @@ def convert(model, gguf, llama_src):
     if not os.path.exists(script):
         sys.exit(f"bench_llamacpp.py: no convert_hf_to_gguf.py in {llama_src}")
     print(f"converting {model} to {gguf} (bf16) with llama.cpp's convert_hf_to_gguf.py", flush=True)
-    rc, out, err = run([sys.executable, script, model, "--outtype", "bf16", "--outfile", gguf + ".part"],
+    extra = ["--no-mtp"] if lacks_declared_mtp(model) else []
+    rc, out, err = run([sys.executable, script, model, "--outtype", "bf16", "--outfile", gguf + ".part"] + extra,
                        env=converter_env(llama_src))
     if rc != 0:
         sys.exit(f"bench_llamacpp.py: conversion failed (rc {rc}):\n{(out + err)[-3000:]}")

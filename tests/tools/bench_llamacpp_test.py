@@ -4,6 +4,7 @@
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -48,6 +49,23 @@ class BenchLlamaCppTest(unittest.TestCase):
         self.assertEqual(lines[2], "| pp512 | 30000.0 | 20000.0 | 1.50x |")
         self.assertEqual(lines[3], "| tg128@d1 | 3000.0 | 1000.0 | 3.00x |")
         self.assertEqual(lines[4], "| tg128@d512 | - | - | - |")
+
+    def test_no_mtp_only_when_declared_and_missing(self):
+        def folder(config, names):
+            d = tempfile.mkdtemp()
+            self.addCleanup(shutil.rmtree, d)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(config, f)
+            header = json.dumps({n: {"dtype": "BF16", "shape": [2], "data_offsets": [4 * i, 4 * i + 4]}
+                                 for i, n in enumerate(names)}).encode()
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(len(header).to_bytes(8, "little") + header + bytes(4 * len(names)))
+            return d
+
+        hybrid = {"text_config": {"mtp_num_hidden_layers": 1}}
+        self.assertTrue(bl.lacks_declared_mtp(folder(hybrid, ["model.language_model.norm.weight"])))
+        self.assertFalse(bl.lacks_declared_mtp(folder(hybrid, ["model.language_model.norm.weight", "mtp.fc.weight"])))
+        self.assertFalse(bl.lacks_declared_mtp(folder({"num_hidden_layers": 28}, ["model.norm.weight"])))
 
 
 if __name__ == "__main__":
