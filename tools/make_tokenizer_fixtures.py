@@ -7,6 +7,8 @@ Writes into tests/fixtures/tokenizer/:
                         many of which cut UTF-8 characters (checks the U+FFFD repair)
   qwen35_encode.jsonl   {"text", "ids"}: Qwen3.5's vocab.json + merges.txt + tokenizer_config.json,
                         assembled into the equivalent HF pipeline (no tokenizer.json is published here)
+  qwen3*_encode_special_as_text.jsonl  the texts holding an added token's spelling, encoded with
+                        special tokens kept as text (HF's encode_special_tokens / split_special_tokens)
 
 HF's NFC normalizer uses Unicode 9.0 tables, while megaqwen uses utf8proc's current ones. They
 disagree only on combining marks assigned after Unicode 9.0 that stand out of canonical order (random
@@ -172,7 +174,7 @@ def write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"{path.relative_to(ROOT)}: {len(rows)} cases, {path.stat().st_size} bytes", file=sys.stderr)
+    print(f"{path}: {len(rows)} cases, {path.stat().st_size} bytes", file=sys.stderr)
 
 
 def main():
@@ -203,6 +205,15 @@ def main():
     sample = texts[:120] + rng.sample(texts[120:], 400)
     write_jsonl(args.out / "qwen35_encode.jsonl",
                 [{"text": t, "ids": qwen35.encode(t, add_special_tokens=False).ids} for t in sample])
+
+    # The same texts with special tokens' spellings kept as text (HF's split_special_tokens, what
+    # megaqwen perplexity and llama.cpp's parse_special=false do): the texts that hold an added token.
+    for name, tok in (("qwen3", qwen3), ("qwen35", qwen35)):
+        contents = [t.content for t in tok.get_added_tokens_decoder().values()]
+        with_added = [t for t in texts if any(c in t for c in contents)][:300]
+        tok.encode_special_tokens = True
+        write_jsonl(args.out / f"{name}_encode_special_as_text.jsonl",
+                    [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in with_added])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // megaqwen perplexity: how well a model predicts a text, measured as llama.cpp's llama-perplexity
 // does (windows of --window tokens from an empty cache, each scoring its second half), so the
-// number compares with theirs and between megaqwen's engines.
+// number compares with theirs and between megaqwen's engines. The text is scored as text: a
+// special token's spelling in it (<|im_end|>, <|endoftext|>) stays characters, as llama-perplexity
+// tokenizes (parse_special=false), so a document about chat templates is not cut into control tokens.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,7 +29,7 @@ void run_perplexity(const PerplexityArgs& a) {
   const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
   auto model = a.model.load();
   const Tokenizer tokenizer = *load_model_tokenizer(model->dir, true);
-  const std::vector<int32_t> tokens = tokenizer.encode(text);
+  const std::vector<int32_t> tokens = tokenizer.encode(text, SpecialTokens::kAsText);
 
   EngineOptions options = a.model.engine;
   if (options.context == 0) options.context = a.window;

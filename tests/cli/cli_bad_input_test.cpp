@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "megaqwen/tokenizer/tokenizer.h"
 #include "test_paths.h"
 
 namespace megaqwen {
@@ -551,6 +552,15 @@ TEST_F(CliBadInput, PerplexityReportsAndRefuses) {
   EXPECT_NE(r.out.find(fmt::format("[3/3] {:.4f}\n", ppl)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format("PPL = {:.4f} +/- ", ppl)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("over 93 tokens (3 windows of 64)"), std::string::npos) << r.out;
+
+  // A special token's spelling in the text is scored as characters, as llama-perplexity does.
+  const std::string chat_text = words + "<|im_start|>user\nhi<|im_end|><|endoftext|>";
+  const RunResult special = run(with({"--text", chat_text, "-w", "64", "--windows", "1", "--json", json.string()}));
+  ASSERT_EQ(special.status, 0) << special.err;
+  const ordered_json js = ordered_json::parse(read_file(json));
+  const Tokenizer tok = Tokenizer::load(test::qwen3_tokenizer_dir());
+  EXPECT_EQ(js["text_tokens"], tok.encode(chat_text, SpecialTokens::kAsText).size());
+  EXPECT_GT(js["text_tokens"], tok.encode(chat_text).size());
 
   expect_one_error_line(with({"--text", "too short"}), {"fewer than one window of 512"});
   expect_one_error_line(with({"-f", (work_dir() / "missing.txt").string()}), {"cannot read", "missing.txt"});

@@ -11,13 +11,14 @@ namespace megaqwen {
 namespace {
 
 // Compares every row's ids; reports the first few mismatches in full.
-void expect_all_equal(const Tokenizer& tok, const std::vector<nlohmann::json>& rows, std::size_t min_rows) {
+void expect_all_equal(const Tokenizer& tok, const std::vector<nlohmann::json>& rows, std::size_t min_rows,
+                      SpecialTokens special = SpecialTokens::kParse) {
   ASSERT_GE(rows.size(), min_rows) << "fixture missing or truncated";
   int mismatches = 0;
   for (const auto& row : rows) {
     const auto text = row["text"].get<std::string>();
     const auto expected = row["ids"].get<std::vector<std::int32_t>>();
-    const auto actual = tok.encode(text);
+    const auto actual = tok.encode(text, special);
     if (actual != expected && ++mismatches <= 5) {
       ADD_FAILURE() << "text: " << nlohmann::json(text).dump() << "\n expected: " << fmt::format("{}", fmt::join(expected, " "))
                     << "\n   actual: " << fmt::format("{}", fmt::join(actual, " "));
@@ -73,6 +74,32 @@ TEST(TokenizerFixtures, Qwen35TwoFileFormMatchesHf) {
   EXPECT_EQ(tok.token_id("<|im_end|>"), 248046);
   EXPECT_EQ(tok.vocab_size(), 248077);
   expect_all_equal(tok, test::read_jsonl(test::tokenizer_fixture("qwen35_encode.jsonl")), 400);
+}
+
+// Special tokens' spellings kept as text (HF's split_special_tokens; megaqwen perplexity, as
+// llama-perplexity): texts holding added tokens, about half of which then tokenize differently.
+TEST(TokenizerFixtures, SpecialTokensAsTextMatchesHf) {
+  const auto rows = test::read_jsonl(test::tokenizer_fixture("qwen3_encode_special_as_text.jsonl"));
+  expect_all_equal(test::qwen3_tokenizer(), rows, 250, SpecialTokens::kAsText);
+  int differ = 0;
+  for (const auto& row : rows) {
+    const auto text = row["text"].get<std::string>();
+    differ += test::qwen3_tokenizer().encode(text) != row["ids"].get<std::vector<std::int32_t>>();
+  }
+  EXPECT_GE(differ, 100) << "the fixture should exercise special tokens";
+  const Tokenizer q35 = Tokenizer::load(test::shared_dir() / "models" / "qwen3.5-0.8b");
+  expect_all_equal(q35, test::read_jsonl(test::tokenizer_fixture("qwen35_encode_special_as_text.jsonl")), 250,
+                   SpecialTokens::kAsText);
+}
+
+TEST(TokenizerFixtures, SpecialTokensAsTextKeepsNonSpecialAddedTokens) {
+  const Tokenizer& tok = test::qwen3_tokenizer();
+  const std::string text = "a <|im_start|>user\n<think>x</think><|endoftext|>";
+  EXPECT_EQ(tok.encode(text), (std::vector<std::int32_t>{64, 220, 151644, 872, 198, 151667, 87, 151668, 151643}));
+  // HF tokenizers 0.23.3 with encode_special_tokens = True:
+  EXPECT_EQ(tok.encode(text, SpecialTokens::kAsText),
+            (std::vector<std::int32_t>{64, 82639, 318, 4906, 91, 29, 872, 198, 151667, 87, 151668, 27, 91, 8691, 723,
+                                       427, 91, 29}));
 }
 
 // decode(encode(x)) == x for every valid NFC fixture text.

@@ -62,7 +62,7 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens, std::vector
   first_[256] = static_cast<std::uint32_t>(k);
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
+void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out, bool special_as_text) const {
   std::size_t emitted = 0;  // text before this offset is already in `out`
   std::size_t pos = 0;
   while (pos < text.size()) {
@@ -81,6 +81,7 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
     std::size_t start = pos, stop = pos + match->pattern.size();
     pos = stop;  // like Aho-Corasick's iterator, a rejected match is still consumed
     const AddedToken& token = match->token;
+    if (token.special && special_as_text) continue;
     if (token.single_word) {
       std::size_t unused = 0;
       const bool word_before = start > 0 && is_word_char(char_before(text, start, unused));

@@ -36,8 +36,10 @@ class AddedTokenMatcher {
 
   bool empty() const { return entries_.empty(); }
 
-  // Appends the segments of `text` (valid UTF-8) to `out`; together they cover `text`.
-  void split(std::string_view text, std::vector<Segment>& out) const;
+  // Appends the segments of `text` (valid UTF-8) to `out`; together they cover `text`. With
+  // `special_as_text`, a special token's match stays ordinary text (and is consumed, as HF's
+  // `encode_special_tokens` skips it): only the non-special added tokens are cut out.
+  void split(std::string_view text, std::vector<Segment>& out, bool special_as_text = false) const;
 
  private:
   struct Entry {

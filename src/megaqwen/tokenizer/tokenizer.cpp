@@ -133,7 +133,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   return Tokenizer(std::make_shared<const Impl>(std::move(spec)));
 }
 
-std::vector<std::int32_t> Tokenizer::encode(std::string_view input) const {
+std::vector<std::int32_t> Tokenizer::encode(std::string_view input, SpecialTokens special) const {
+  const bool special_as_text = special == SpecialTokens::kAsText;
   const Impl& impl = *impl_;
   std::string repaired;
   if (!utf8::is_valid(input)) {
@@ -145,7 +146,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view input) const {
   std::vector<Segment> segments, sub_segments;
   std::vector<std::string_view> pieces;
   std::string normalized;
-  impl.raw_added.split(input, segments);
+  impl.raw_added.split(input, segments, special_as_text);
   for (const Segment& segment : segments) {
     if (segment.id >= 0) {
       out.push_back(segment.id);
@@ -162,7 +163,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view input) const {
       continue;
     }
     sub_segments.clear();
-    impl.normalized_added.split(text, sub_segments);
+    impl.normalized_added.split(text, sub_segments, special_as_text);
     for (const Segment& sub : sub_segments) {
       if (sub.id >= 0) {
         out.push_back(sub.id);

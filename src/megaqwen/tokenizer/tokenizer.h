@@ -20,6 +20,12 @@
 
 namespace megaqwen {
 
+// How encode treats the text of a special added token (<|im_start|>, <|endoftext|>, ...) found in
+// its input: as that token (HF's default, what rendered chat prompts need), or as ordinary text (HF's
+// `split_special_tokens=True`, llama.cpp's `parse_special=false`: scoring a document that mentions
+// them). Non-special added tokens (<think>, <tool_call>) are cut out either way.
+enum class SpecialTokens { kParse, kAsText };
+
 class Tokenizer {
  public:
   // Loads from a model folder: tokenizer.json if present, else vocab.json + merges.txt
@@ -27,7 +33,7 @@ class Tokenizer {
   // file and problem.
   static Tokenizer load(const std::filesystem::path& model_dir);
 
-  std::vector<std::int32_t> encode(std::string_view text) const;
+  std::vector<std::int32_t> encode(std::string_view text, SpecialTokens special = SpecialTokens::kParse) const;
   // Throws Error on an id that has no token (negative, >= vocab_size(), or a gap).
   std::string decode(std::span<const std::int32_t> ids) const;
   // Raw bytes of one token (after undoing the byte-level map); throws Error like decode.
