@@ -7,11 +7,14 @@
 #                                           for this machine's processor (-march=native: llama.cpp at
 #                                           its best here, as megaqwen's CPU kernels pick theirs)
 #   bash scripts/build-llamacpp.sh --cuda   build-llamacpp/gpu/: llama-bench for the H200 (sm_90a, no
-#                                           -march=native), libstdc++/libgcc static, the shared
-#                                           libraries it needs but cuBLAS (PyTorch's wheel has that
-#                                           there), and convert_hf_to_gguf.py with its packages, since
-#                                           the GGUF is made there from the synthetic model. Carry
-#                                           it with gpu-check's llamacpp stage (docs/PERFORMANCE.md).
+#                                           -march=native) and build-gpu's megaqwen, both xz-packed,
+#                                           the shared libraries they need but cuBLAS and NCCL
+#                                           (PyTorch's wheel has those there), the Qwen3 tokenizer,
+#                                           and convert_hf_to_gguf.py with its packages, since the
+#                                           GGUF is made there from the synthetic model. Run
+#                                           scripts/build-gpu.sh first. gpu-check.sh's llamacpp call:
+#   run(command='MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES="env model llamacpp" bash scripts/gpu-check.sh',
+#       carry=["build-llamacpp/gpu"], kind="nvidia-h200")
 # The source and CMake trees stay in build-llamacpp/src and build-llamacpp/tree-*; ccache is used
 # when present. The CUDA build compiles ~190 CUDA files: about an hour on 2 cores.
 set -euo pipefail
@@ -62,16 +65,24 @@ command -v nvcc >/dev/null || { echo "build-llamacpp.sh: nvcc not found" >&2; ex
 [ -f "$top/tree-cuda/CMakeCache.txt" ] || cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
 cmake --build "$top/tree-cuda" -j "$jobs" --target llama-bench
+
+# The bundle: everything gpu-check.sh's llamacpp call runs, in one folder under the device tool's
+# 64 MiB: llama-bench (49 MB stripped: the CUDA kernels of every quantization) and megaqwen packed
+# with xz (gpu-check unpacks them), the libraries both load but cuBLAS and NCCL (PyTorch's wheel
+# has them there), the Qwen3 tokenizer for the synthetic model, llama.cpp's converter.
+mq=build-gpu
+[ -x "$mq/bin/megaqwen" ] || { echo "build-llamacpp.sh: run scripts/build-gpu.sh first (megaqwen goes in the bundle)" >&2; exit 1; }
 gpu=$top/gpu
 rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/convert"
-cp "$top/tree-cuda/bin/llama-bench" "$gpu/bin/"
-strip "$gpu/bin/llama-bench"
-# The shared libraries outside the C library, the loader, the driver and cuBLAS (PyTorch's wheel
-# carries cuBLAS 13 there; gpu-check puts its folder on LD_LIBRARY_PATH).
-ldd "$gpu/bin/llama-bench" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+strip -o "$top/llama-bench.stripped" "$top/tree-cuda/bin/llama-bench"
+xz -T0 -6 -c "$top/llama-bench.stripped" >"$gpu/bin/llama-bench.xz"
+xz -T0 -6 -c "$mq/bin/megaqwen" >"$gpu/bin/megaqwen.xz"
+cp "$mq"/lib/* "$gpu/lib/"
+cp -r "$mq/tokenizer" "$gpu/" 2>/dev/null || echo "build-llamacpp.sh: build-gpu has no tokenizer; the converter will fail there" >&2
+ldd "$top/llama-bench.stripped" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*|libnvidia*|libcublas*) ;;
-    *) cp -L "$lib" "$gpu/lib/" ;;
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*|libnvidia*|libcublas*|libnccl*) ;;
+    *) [ -f "$gpu/lib/$(basename "$lib")" ] || cp -L "$lib" "$gpu/lib/" ;;
   esac
 done
 cp "$src/convert_hf_to_gguf.py" "$gpu/convert/"
@@ -79,9 +90,14 @@ cp -r "$src/conversion" "$gpu/convert/"
 cp -r "$src/gguf-py/gguf" "$gpu/convert/gguf"
 find "$gpu/convert" -name __pycache__ -prune -exec rm -rf {} +
 {
-  echo "llama.cpp: vendored in llama-cpp-python $version ($(grep -m1 'ggml commit' "$top/tree-cuda/CMakeCache.txt" 2>/dev/null || true))"
-  echo "build: $(cd "$top/tree-cuda" && grep -E '^(GGML_BUILD_COMMIT|LLAMA_BUILD_COMMIT|CMAKE_CUDA_ARCHITECTURES)' CMakeCache.txt | tr '\n' ' ')"
+  echo "llama.cpp: vendored in llama-cpp-python $version, $(grep -m1 -o 'CMAKE_CUDA_ARCHITECTURES:[A-Z]*=.*' "$top/tree-cuda/CMakeCache.txt")"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(nvcc --version | tail -1)"
-  echo "--- ldd llama-bench"; ldd "$gpu/bin/llama-bench"
+  echo "--- ldd llama-bench"; ldd "$top/llama-bench.stripped"
+  echo "--- megaqwen (build-gpu/BUILD-INFO)"; cat "$mq/BUILD-INFO"
 } >"$gpu/BUILD-INFO"
+rm -f "$top/llama-bench.stripped"
 du -sh "$gpu" "$gpu"/* | sed 's/^/build-llamacpp.sh: /'
+tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+total_kb=$((tree_kb + $(du -sk "$gpu" | cut -f1)))
+echo "build-llamacpp.sh: working tree + $gpu = $((total_kb / 1024)) MiB of the device tool's 64"
+((total_kb <= 64 * 1024)) || echo "build-llamacpp.sh: OVER the 64 MiB the device tool carries" >&2

@@ -39,12 +39,12 @@
 #             bench
 #   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
 #   llamacpp  llama.cpp on the same model (tools/bench_llamacpp.py: converted to a bf16 GGUF there,
-#             llama-bench against megaqwen bench run just before it, same tests as bench). Needs
-#             build-llamacpp/gpu (scripts/build-llamacpp.sh --cuda), which does not fit in one carry
-#             beside all of build-gpu; its own call carries
-#             ["build-gpu/bin/megaqwen", "build-gpu/lib", "build-gpu/tokenizer", "build-llamacpp/gpu"]
-#             with MEGAQWEN_STAGES="env model llamacpp" (test_cuda is only needed by the stages
-#             that run it). Not carried: the stage is skipped and named in NEXT.
+#             llama-bench against megaqwen bench run just before it, same tests as bench). It needs
+#             the bundle of scripts/build-llamacpp.sh --cuda (llama-bench and megaqwen xz-packed,
+#             libraries, tokenizer, converter), which does not fit in one carry beside build-gpu:
+#             its own call is MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES="env model
+#             llamacpp" with carry=["build-llamacpp/gpu"] (test_cuda is needed only by the stages
+#             that run it). Without llama-bench the stage is skipped and that call named in NEXT.
 # The default deadline (570 s) fits one call; the stages past what fits go to the next call, whose
 # command the summary prints (e.g. MEGAQWEN_STAGES="env model peers memcheck hybrid mk-sizes sass").
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
@@ -98,12 +98,26 @@ stage() {
   say "=== $name: ${status[$name]}"
 }
 
-[ -x "$gb/bin/megaqwen" ] || {
+# The binaries: $gb/bin/NAME, or $gb/bin/NAME.xz unpacked here (build-llamacpp.sh's bundle packs
+# them so that llama.cpp's call fits the device tool's 64 MiB); $bin holds them all.
+bin=$gb/bin
+if compgen -G "$gb/bin/*.xz" >/dev/null; then
+  bin=$tmp/mq-unpacked
+  rm -rf "$bin" && mkdir -p "$bin"
+  for f in "$gb"/bin/*; do
+    case $f in
+      *.xz) python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$f" "$bin/$(basename "$f" .xz)" && chmod +x "$bin/$(basename "$f" .xz)" ;;
+      *) ln -s "$f" "$bin/$(basename "$f")" ;;
+    esac
+  done
+fi
+[ -x "$bin/megaqwen" ] || {
   say "gpu-check.sh: $gb/bin/megaqwen is missing: run scripts/build-gpu.sh here and carry build-gpu"
   exit 2
 }
 for name in tests memcheck hybrid mk-sizes; do
-  if want $name && [ ! -x "$gb/bin/test_cuda" ]; then
+  if want $name && [ ! -x "$bin/test_cuda" ]; then
     say "gpu-check.sh: stage $name runs $gb/bin/test_cuda, which was not carried (carry build-gpu)"
     exit 2
   fi
@@ -116,13 +130,19 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   f=$(find "$d" -maxdepth 3 -name 'libcublas.so.1[23]*' 2>/dev/null | head -1)
   if [ -n "$f" ]; then cublas_dir=$(dirname "$f"); break; fi
 done
-libpath="$gb/lib${cublas_dir:+:$cublas_dir}"
+# NCCL: llama.cpp's CUDA backend links it (for several GPUs); PyTorch's wheel carries it too.
+nccl_dir=""
+for d in $(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print(" ".join(s.submodule_search_locations) if s else "")' 2>/dev/null); do
+  f=$(find "$d" -maxdepth 3 -name 'libnccl.so.2*' 2>/dev/null | head -1)
+  if [ -n "$f" ]; then nccl_dir=$(dirname "$f"); break; fi
+done
+libpath="$gb/lib${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
 mkdir -p "$tmp/mq-bin"
-for b in megaqwen test_cuda bench_engine_state; do
-  [ -x "$gb/bin/$b" ] || continue
-  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$gb/bin/$b" >"$tmp/mq-bin/$b"
+for b in megaqwen test_cuda bench_engine_state llama-bench; do
+  [ -x "$bin/$b" ] || continue
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$bin/$b" >"$tmp/mq-bin/$b"
   chmod +x "$tmp/mq-bin/$b"
 done
 mq=$tmp/mq-bin/megaqwen
@@ -138,12 +158,15 @@ env_stage() {
   echo "cuBLAS folder: ${cublas_dir:-NOT FOUND}"
   echo "compute-sanitizer: ${sanitizer:-not found}   cuobjdump: ${cuobjdump:-not found}"
   echo "python3: $(python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)' 2>&1)"
-  LD_LIBRARY_PATH="$libpath" ldd "$gb/bin/megaqwen" | grep -i "not found" && echo "MISSING LIBRARIES ABOVE"
+  for b in megaqwen llama-bench; do
+    [ -x "$bin/$b" ] || continue
+    LD_LIBRARY_PATH="$libpath" ldd "$bin/$b" | grep -i "not found" && echo "MISSING LIBRARIES ABOVE ($b)"
+  done
   "$mq" --help >/dev/null && echo "megaqwen starts"
 }
 sass_stage() {
   [ -n "$cuobjdump" ] || { echo "no cuobjdump on this machine"; return 3; }
-  "$cuobjdump" -sass "$gb/bin/megaqwen" >"$tmp/sass.txt" || return 1
+  "$cuobjdump" -sass "$bin/megaqwen" >"$tmp/sass.txt" || return 1
   # Not under $out: a ninth file there would not come back (8 files at most).
   awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' "$tmp/sass.txt" >"$tmp/sass-gemv.txt"
   echo "GEMV functions: $(grep -c 'Function :' $tmp/sass-gemv.txt); LDG.E.128 in them: $(grep -c 'LDG.E.128' $tmp/sass-gemv.txt); other LDG: $(grep 'LDG' $tmp/sass-gemv.txt | grep -vc 'LDG.E.128')"
@@ -261,18 +284,14 @@ peers_stage() {
   python3 tools/bench_peers.py --model "$model" --prompt-len 512,4096 --depth 1,512,2048,8192,32768 --tokens 128 \
     --megaqwen-json "$out/bench.json" --json "$tmp/peers-transformers.json" --budget-seconds 280
 }
-# llama.cpp's bundle (scripts/build-llamacpp.sh --cuda): llama-bench, the libraries it loads but
-# cuBLAS (PyTorch's, as for megaqwen), and convert_hf_to_gguf.py; the GGUF is made here once.
-llama="${MEGAQWEN_LLAMACPP_BUILD:-$root/build-llamacpp/gpu}"
+# llama.cpp (the bundle of scripts/build-llamacpp.sh --cuda, carried as the whole $gb): llama-bench,
+# the libraries it loads but cuBLAS and NCCL (PyTorch's), convert_hf_to_gguf.py; the GGUF is made here.
 llamacpp_stage() {
   [ -f "$model/vocab.json" ] || [ -f "$model/tokenizer.json" ] ||
-    { echo "LLAMACPP: $model has no tokenizer (carry build-gpu/tokenizer): convert_hf_to_gguf.py needs one"; return 3; }
-  mkdir -p "$tmp/llama-bin"
-  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
-    "$llama/lib${cublas_dir:+:$cublas_dir}" "$llama/bin/llama-bench" >"$tmp/llama-bin/llama-bench"
-  chmod +x "$tmp/llama-bin/llama-bench"
-  grep -m2 -E '^(llama.cpp|build):' "$llama/BUILD-INFO" || true
-  python3 tools/bench_llamacpp.py --model "$model" --llama-bin "$tmp/llama-bin" --llama-src "$llama/convert" \
+    { echo "LLAMACPP: $model has no tokenizer: convert_hf_to_gguf.py needs one (the bundle's tokenizer/)"; return 3; }
+  echo "NCCL folder: ${nccl_dir:-NOT FOUND}"
+  grep -m1 '^llama.cpp:' "$gb/BUILD-INFO" || true
+  python3 tools/bench_llamacpp.py --model "$model" --llama-bin "$tmp/mq-bin" --llama-src "$gb/convert" \
     --gguf "$tmp/mq-models/synth-qwen3-0.6b-bf16.gguf" --device cuda --prompt-len 512,4096 \
     --depth 1,512,2048,8192,32768 --tokens 128 --repeats 5 --megaqwen "$mq" --json "$tmp/peers-llamacpp.json" \
     --budget-seconds 200 --test-timeout 60
@@ -280,14 +299,14 @@ llamacpp_stage() {
 memcheck_stage() {
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found on this machine"; return 3; }
   MEGAQWEN_TEST_QWEN3_06B="$model" LD_LIBRARY_PATH="$libpath" "$sanitizer" --tool memcheck --error-exitcode 9 \
-    --print-limit 20 "$gb/bin/test_cuda" \
+    --print-limit 20 "$bin/test_cuda" \
     --gtest_filter='CudaEngineTest.PrefillAllLogitsMatchesCpu:CudaEngineTest.DecodeMatches*:CudaEngineTest.Chunked*:CudaKernels.QkNorm*:CudaKernels.PrefillAttention*:CudaSampling.FilteredDraws*:Presets/CudaHybridEngineTest.ChunkedPrefill*:Presets/CudaHybridEngineTest.Truncate*:CudaGatedDeltaNet.*'
   local rc=$? tool
   echo "SANITIZER memcheck (engine and kernels): $([ $rc = 0 ] && echo clean || echo "rc $rc")"
   # The megakernel on the tiny model (slow under the tools: few tests).
   for tool in racecheck memcheck; do
     MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout --foreground 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
-      "$gb/bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
+      "$bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
       echo "MK SANITIZER $tool: clean" || { echo "MK SANITIZER $tool: rc $?"; rc=1; }
   done
   return $rc
@@ -323,7 +342,7 @@ mk_bench() {
 mk_stage() {
   # Its tests ran in the tests stage (tiny and full 0.6B), its sanitizers run in memcheck.
   if [ -n "$cuobjdump" ]; then
-    "$cuobjdump" -sass "$gb/bin/megaqwen" 2>/dev/null |
+    "$cuobjdump" -sass "$bin/megaqwen" 2>/dev/null |
       awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >"$tmp/sass-mk.txt"
     echo "MK SASS: functions $(grep -c 'Function :' $tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP $tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF $tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' $tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' $tmp/sass-mk.txt)"
   fi
@@ -357,7 +376,7 @@ mk_sizes_stage() {
 peak_gb_s=4800
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && peak_gb_s=3350
 
-export root gb tmp out log libpath cublas_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites llama
+export root gb bin tmp out log libpath cublas_dir nccl_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites
 export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage \
   peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage llamacpp_stage
 
@@ -375,7 +394,7 @@ stage memcheck 240 memcheck_stage
 stage hybrid 300 hybrid_stage
 stage mk-sizes 480 mk_sizes_stage
 stage sass 45 sass_stage
-if want llamacpp && [ ! -x "$llama/bin/llama-bench" ]; then
+if want llamacpp && [ ! -x "$bin/llama-bench" ]; then
   status[llamacpp]="skipped (build-llamacpp/gpu not carried)"
   say "=== llamacpp: ${status[llamacpp]}"
 else
@@ -455,7 +474,7 @@ done
     next=$(printf '%s\n' $need "${pending[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
     echo "NEXT: MEGAQWEN_STAGES=\"${next% }\" bash scripts/gpu-check.sh"
     [[ ${status[llamacpp]:-} == *"not carried"* ]] &&
-      echo "NEXT (llama.cpp): build-llamacpp/gpu was not carried; its call: MEGAQWEN_STAGES=\"env model llamacpp\" with carry=[\"build-gpu/bin/megaqwen\", \"build-gpu/lib\", \"build-gpu/tokenizer\", \"build-llamacpp/gpu\"]"
+      echo "NEXT (llama.cpp): its bundle was not carried; that call: MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES=\"env model llamacpp\" bash scripts/gpu-check.sh with carry=[\"build-llamacpp/gpu\"]"
   else
     echo "NEXT: every asked-for stage ran"
   fi

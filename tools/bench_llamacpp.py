@@ -278,7 +278,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
-    errors = [k for k, v in results["tests"].items() if "error" in v]
+    errors = [k for k, v in results["tests"].items() if "error" in v] + (["megaqwen"] if "megaqwen_error" in results else [])
     return 0 if ok and not errors else 1
 
 

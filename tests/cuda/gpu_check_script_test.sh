@@ -75,19 +75,62 @@ check "it is named with its signal and last test" \
   "$runs/report.txt"
 check "the merged file counts it as a failure" grep -qE '<testsuites tests="[0-9]+" failures="1" ' "$runs/merged.xml"
 
-# 4. The llama.cpp call: megaqwen without test_cuda is enough for it; without its bundle the stage is
-# skipped, and the summary says what that call must carry.
+# 4. Without llama.cpp's bundle the llamacpp stage is skipped, and the summary names the call that
+# carries it; stages that run test_cuda refuse to start without it.
 mkdir -p "$work/gb4/bin" "$work/out4"
 ln -s "$megaqwen" "$work/gb4/bin/megaqwen"
-env MEGAQWEN_STAGES="env llamacpp" OUT="$work/out4" MEGAQWEN_GPU_BUILD="$work/gb4" MEGAQWEN_CHECK_TMP="$work/tmp" \
-  MEGAQWEN_LLAMACPP_BUILD="$work/no-llamacpp" bash "$src/scripts/gpu-check.sh" >"$work/out4.stdout" 2>&1
+run_check4() {  # run_check4 OUT_DIR BUILD ENV...
+  local o=$1 gb=$2
+  shift 2
+  env "$@" OUT="$o" MEGAQWEN_GPU_BUILD="$gb" MEGAQWEN_CHECK_TMP="$work/tmp" bash "$src/scripts/gpu-check.sh" >"$o.stdout" 2>&1
+}
+run_check4 "$work/out4" "$work/gb4" MEGAQWEN_STAGES="env llamacpp"
 o=$work/out4
 check "the llamacpp stage is skipped without its bundle" \
   grep -qE '^\| llamacpp \| skipped \(build-llamacpp/gpu not carried\) \|' "$o/summary.md"
-check "and named for the next call with its carry" grep -q '^NEXT (llama.cpp): .*"build-llamacpp/gpu"' "$o/summary.md"
-check "stages that need test_cuda refuse to start without it" \
-  bash -c "env MEGAQWEN_STAGES='env tests' OUT='$work/out5' MEGAQWEN_GPU_BUILD='$work/gb4' MEGAQWEN_CHECK_TMP='$work/tmp' \
-    bash '$src/scripts/gpu-check.sh' >/dev/null 2>&1; test \$? -eq 2"
+check "and its call is named" grep -q '^NEXT (llama.cpp): .*MEGAQWEN_GPU_BUILD=build-llamacpp/gpu.*carry=\["build-llamacpp/gpu"\]' \
+  "$o/summary.md"
+mkdir -p "$work/out5"
+run_check4 "$work/out5" "$work/gb4" MEGAQWEN_STAGES="env tests"
+check "stages that need test_cuda refuse to start without it" grep -q 'runs .*test_cuda, which was not carried' \
+  "$work/out5/gpu-check.log"
+
+# 5. llama.cpp's call end to end with stand-ins: a bundle as build-llamacpp.sh packs it (megaqwen and
+# llama-bench xz-packed, a converter), a tiny model in place of the synthetic 0.6B, a llama-bench
+# that answers like the real one. megaqwen bench fails without a GPU; llama.cpp's rows must still
+# reach peers.json and the summary.
+b=$work/gb6
+mkdir -p "$b/bin" "$b/lib" "$b/convert/gguf" "$work/out6"
+python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb", preset=0))' \
+  "$megaqwen" "$b/bin/megaqwen.xz"
+cat >"$work/llama-bench" <<'SH'
+#!/bin/sh
+# Stand-in llama-bench: one JSON record for the -p / -n / -d asked.
+p=0 n=0 d=0
+while [ $# -gt 0 ]; do case $1 in -p) p=$2; shift ;; -n) n=$2; shift ;; -d) d=$2; shift ;; esac; shift; done
+echo "load: stand-in"
+printf '[{"build_commit": "stand-in", "backends": "CUDA", "gpu_info": "none", "n_prompt": %s, "n_gen": %s, "n_depth": %s, "avg_ts": 100.0, "samples_ts": [90.0, 100.0, 110.0]}]\n' "$p" "$n" "$d"
+SH
+python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb", preset=0))' \
+  "$work/llama-bench" "$b/bin/llama-bench.xz"
+printf 'import sys\nimport gguf\nopen(sys.argv[sys.argv.index("--outfile") + 1], "w").write("GGUF")\n' >"$b/convert/convert_hf_to_gguf.py"
+: >"$b/convert/gguf/__init__.py"
+echo "llama.cpp: stand-in" >"$b/BUILD-INFO"
+"$megaqwen" synth --preset tiny --seed 1 --out "$work/tmp/mq-models/synth-qwen3-0.6b" \
+  --tokenizer "$src/../shared/models/qwen3-0.6b" >/dev/null 2>&1 ||
+  "$megaqwen" synth --preset tiny --seed 1 --out "$work/tmp/mq-models/synth-qwen3-0.6b" >/dev/null
+run_check4 "$work/out6" "$b" MEGAQWEN_STAGES="env model llamacpp"
+o=$work/out6
+if [ -f "$work/tmp/mq-models/synth-qwen3-0.6b/vocab.json" ] || [ -f "$work/tmp/mq-models/synth-qwen3-0.6b/tokenizer.json" ]; then
+  check "the packed megaqwen was unpacked and starts" grep -q '^megaqwen starts' "$o/gpu-check.log"
+  check "the llamacpp stage ran (and failed: megaqwen bench needs a GPU)" grep -qE '^\| llamacpp \| rc 1 ' "$o/summary.md"
+  check "llama.cpp's rows reach the summary through peers.json" \
+    grep -q '^| tg128@d32768 | - | 100.0 | - |' "$o/summary.md"
+  check "peers.json holds llama.cpp's run" python3 -c 'import json, sys; j = json.load(open(sys.argv[1]));
+sys.exit(0 if j["llama.cpp"]["tests"]["pp4096"]["median_tok_s"] == 100.0 else 1)' "$o/peers.json"
+else
+  echo "no Qwen3 tokenizer beside the source tree: case 5 not run"
+fi
 
 if ((failures)); then
   echo "--- out1 summary"; cat "$work/out1/summary.md"; echo "--- out2 summary"; cat "$work/out2/summary.md"
