@@ -61,10 +61,19 @@ fi
 
 export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || { echo "build-llamacpp.sh: nvcc not found" >&2; exit 1; }
-# A tree configured before is only rebuilt (an hour's work is not redone for a changed flag: remove it).
-[ -f "$top/tree-cuda/CMakeCache.txt" ] || cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF \
-  -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-cmake --build "$top/tree-cuda" -j "$jobs" --target llama-bench
+# A tree configured before is only rebuilt (an hour's work is not redone for a changed flag: remove
+# it). Its llama-bench is kept in build-llamacpp/cuda/bin, so a bundle can be packed again (a new
+# megaqwen) after the tree is gone.
+if [ -f "$top/tree-cuda/CMakeCache.txt" ] || [ ! -x "$top/cuda/bin/llama-bench" ]; then
+  [ -f "$top/tree-cuda/CMakeCache.txt" ] || cmake -S "$src" -B "$top/tree-cuda" "${common[@]}" -DGGML_NATIVE=OFF \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+  cmake --build "$top/tree-cuda" -j "$jobs" --target llama-bench
+  mkdir -p "$top/cuda/bin"
+  strip -o "$top/cuda/bin/llama-bench" "$top/tree-cuda/bin/llama-bench"
+  grep -m1 -o 'CMAKE_CUDA_ARCHITECTURES:[A-Z]*=.*' "$top/tree-cuda/CMakeCache.txt" >"$top/cuda/ARCHITECTURES"
+else
+  echo "build-llamacpp.sh: packing the llama-bench built before ($top/cuda/bin; remove it to rebuild)"
+fi
 
 # The bundle: everything gpu-check.sh's llamacpp call runs, in one folder under the device tool's
 # 64 MiB: llama-bench (49 MB stripped: the CUDA kernels of every quantization) and megaqwen packed
@@ -74,12 +83,11 @@ mq=build-gpu
 [ -x "$mq/bin/megaqwen" ] || { echo "build-llamacpp.sh: run scripts/build-gpu.sh first (megaqwen goes in the bundle)" >&2; exit 1; }
 gpu=$top/gpu
 rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/convert"
-strip -o "$top/llama-bench.stripped" "$top/tree-cuda/bin/llama-bench"
-xz -T0 -6 -c "$top/llama-bench.stripped" >"$gpu/bin/llama-bench.xz"
+xz -T0 -6 -c "$top/cuda/bin/llama-bench" >"$gpu/bin/llama-bench.xz"
 xz -T0 -6 -c "$mq/bin/megaqwen" >"$gpu/bin/megaqwen.xz"
 cp "$mq"/lib/* "$gpu/lib/"
 cp -r "$mq/tokenizer" "$gpu/" 2>/dev/null || echo "build-llamacpp.sh: build-gpu has no tokenizer; the converter will fail there" >&2
-ldd "$top/llama-bench.stripped" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+ldd "$top/cuda/bin/llama-bench" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*|libnvidia*|libcublas*|libnccl*) ;;
     *) [ -f "$gpu/lib/$(basename "$lib")" ] || cp -L "$lib" "$gpu/lib/" ;;
@@ -90,12 +98,11 @@ cp -r "$src/conversion" "$gpu/convert/"
 cp -r "$src/gguf-py/gguf" "$gpu/convert/gguf"
 find "$gpu/convert" -name __pycache__ -prune -exec rm -rf {} +
 {
-  echo "llama.cpp: vendored in llama-cpp-python $version, $(grep -m1 -o 'CMAKE_CUDA_ARCHITECTURES:[A-Z]*=.*' "$top/tree-cuda/CMakeCache.txt")"
+  echo "llama.cpp: vendored in llama-cpp-python $version, $(cat "$top/cuda/ARCHITECTURES")"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(nvcc --version | tail -1)"
-  echo "--- ldd llama-bench"; ldd "$top/llama-bench.stripped"
+  echo "--- ldd llama-bench"; ldd "$top/cuda/bin/llama-bench"
   echo "--- megaqwen (build-gpu/BUILD-INFO)"; cat "$mq/BUILD-INFO"
 } >"$gpu/BUILD-INFO"
-rm -f "$top/llama-bench.stripped"
 du -sh "$gpu" "$gpu"/* | sed 's/^/build-llamacpp.sh: /'
 tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 total_kb=$((tree_kb + $(du -sk "$gpu" | cut -f1)))
