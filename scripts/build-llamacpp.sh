@@ -16,7 +16,7 @@
 #   run(command='MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES="env model llamacpp" bash scripts/gpu-check.sh',
 #       carry=["build-llamacpp/gpu"], kind="nvidia-h200")
 # The source and CMake trees stay in build-llamacpp/src and build-llamacpp/tree-*; ccache is used
-# when present. The CUDA build compiles ~190 CUDA files: about an hour on 2 cores.
+# when present. The CUDA build compiles ~190 CUDA files: about half an hour on 2 cores (2026-11-28).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.3.36
