@@ -454,10 +454,12 @@ if os.path.exists(p):
 PY
 
 # What is left for the next call: the asked-for stages skipped for time (failed ones need a fix
-# first, and are named apart).
-pending=() failed=()
+# first, and are named apart). llama.cpp's stage, when its bundle was not carried, is a call of its
+# own with another carry, named on a line of its own.
+pending=() failed=() llama_call=false
 for name in $stages; do
   case "${status[$name]:-not reached}" in
+    *"not carried"*) llama_call=true ;;
     skipped* | "not reached") pending+=("$name") ;;
     "rc 0 "*) ;;
     *) failed+=("$name") ;;
@@ -473,9 +475,10 @@ done
     done
     next=$(printf '%s\n' $need "${pending[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
     echo "NEXT: MEGAQWEN_STAGES=\"${next% }\" bash scripts/gpu-check.sh"
-    [[ ${status[llamacpp]:-} == *"not carried"* ]] &&
-      echo "NEXT (llama.cpp): its bundle was not carried; that call: MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES=\"env model llamacpp\" bash scripts/gpu-check.sh with carry=[\"build-llamacpp/gpu\"]"
-  else
+  elif ! $llama_call; then
     echo "NEXT: every asked-for stage ran"
+  fi
+  if $llama_call; then
+    echo "NEXT (llama.cpp): its bundle was not carried; that call: MEGAQWEN_GPU_BUILD=build-llamacpp/gpu MEGAQWEN_STAGES=\"env model llamacpp\" bash scripts/gpu-check.sh with carry=[\"build-llamacpp/gpu\"]"
   fi
 } | tee -a "$out/summary.md"

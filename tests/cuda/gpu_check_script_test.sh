@@ -90,6 +90,7 @@ check "the llamacpp stage is skipped without its bundle" \
   grep -qE '^\| llamacpp \| skipped \(build-llamacpp/gpu not carried\) \|' "$o/summary.md"
 check "and its call is named" grep -q '^NEXT (llama.cpp): .*MEGAQWEN_GPU_BUILD=build-llamacpp/gpu.*carry=\["build-llamacpp/gpu"\]' \
   "$o/summary.md"
+check "nothing else is left for the next call" bash -c "! grep -q '^NEXT: ' '$o/summary.md'"
 mkdir -p "$work/out5"
 run_check4 "$work/out5" "$work/gb4" MEGAQWEN_STAGES="env tests"
 check "stages that need test_cuda refuse to start without it" grep -q 'runs .*test_cuda, which was not carried' \
