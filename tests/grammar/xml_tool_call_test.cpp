@@ -164,6 +164,12 @@ TEST(XmlToolCall, RefusesToolsTheFormCannotCarry) {
   const ojson bad_enum = {{"type", "object"},
                           {"properties", {{"a", {{"type", "string"}, {"enum", {"x</parameter>y"}}}}}}};
   EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", bad_enum)}, ""), Error);
+  // Found by fuzz_tool_call: a pattern forcing the closing tag left the value with no byte allowed.
+  for (const char* spelled : {"^</parameter>]+$", "^a<\\/parameter>$"}) {
+    const ojson bad_pattern = {{"type", "object"},
+                               {"properties", {{"day", {{"type", "string"}, {"pattern", spelled}}}}}};
+    EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", bad_pattern)}, ""), Error) << spelled;
+  }
   EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", ojson::object()), tool("f", ojson::object())}, ""), Error);
   EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", ojson::object())}, "g"), Error);
   // Parameters JsonGrammar refuses: the call is still well-formed, with any keys.

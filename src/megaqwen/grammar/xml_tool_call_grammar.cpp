@@ -49,6 +49,14 @@ class Compiler {
     }
     const JsonGrammar::Node& n = json.nodes[size_t(node)];
     if (n.kind == JsonGrammar::Kind::String) {
+      // The text may not hold "</parameter>" (the parser ends the value there), so a pattern that
+      // spells it could leave the value no way on: refused, as an enum value holding it is. (A
+      // pattern reaching it only through escapes or classes is not caught by this test.)
+      if (schema.contains("pattern") && schema.at("pattern").is_string()) {
+        const std::string p = schema.at("pattern").get<std::string>();
+        if (p.find("parameter>") != std::string::npos || p.find("</param") != std::string::npos)
+          fail("{}: the pattern spells \"</parameter>\", which a text value may not hold", path);
+      }
       v.kind = Value::Kind::Text;
       v.min = n.min;
       v.max = n.max;
