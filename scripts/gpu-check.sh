@@ -123,19 +123,18 @@ for name in tests memcheck hybrid mk-sizes; do
   fi
 done
 
-# cuBLAS: opened at run time by the engine; PyTorch's wheel carries libcublas.so.13.
-cublas_dir=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  $(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print(" ".join(s.submodule_search_locations) if s else "")' 2>/dev/null); do
-  f=$(find "$d" -maxdepth 3 -name 'libcublas.so.1[23]*' 2>/dev/null | head -1)
-  if [ -n "$f" ]; then cublas_dir=$(dirname "$f"); break; fi
-done
-# NCCL: llama.cpp's CUDA backend links it (for several GPUs); PyTorch's wheel carries it too.
-nccl_dir=""
-for d in $(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print(" ".join(s.submodule_search_locations) if s else "")' 2>/dev/null); do
-  f=$(find "$d" -maxdepth 3 -name 'libnccl.so.2*' 2>/dev/null | head -1)
-  if [ -n "$f" ]; then nccl_dir=$(dirname "$f"); break; fi
-done
+# lib_dir PATTERN: the folder of the first library matching PATTERN in the CUDA toolkit or in
+# PyTorch's nvidia wheels (the GPU machine has cuBLAS and NCCL only there).
+nvidia_dirs=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print(" ".join(s.submodule_search_locations) if s else "")' 2>/dev/null)
+lib_dir() {
+  local d f
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $nvidia_dirs; do
+    f=$(find "$d" -maxdepth 3 -name "$1" 2>/dev/null | head -1)
+    if [ -n "$f" ]; then dirname "$f"; return; fi
+  done
+}
+cublas_dir=$(lib_dir 'libcublas.so.1[23]*')  # opened at run time by the engine
+nccl_dir=$(lib_dir 'libnccl.so.2*')          # linked by llama.cpp's CUDA backend (for several GPUs)
 libpath="$gb/lib${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
