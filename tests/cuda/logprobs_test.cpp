@@ -5,6 +5,7 @@
 // overflow a naive exp. (Through the engines: tests/cuda/cuda_engine_test.cpp, megakernel_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "cuda/gpu_test_util.h"
 #include "megaqwen/cuda/megakernel/megakernel.h"
 #include "megaqwen/sampling/logprobs.h"
+#include "megaqwen/util/error.h"
 
 namespace megaqwen {
 namespace {
@@ -82,7 +84,9 @@ TEST(CudaLogprobs, BestAlternativesPlantedAtEverySliceEdge) {
   MQ_REQUIRE_GPU();
   const int V = kEmulatedDevice ? 4097 : 151936;
   auto logits = random_floats(size_t(V), 17, -10, 10);
-  for (int blocks : {5, cuda::mk::token_logprob_blocks(V)}) {
+  // Five blocks where a slice fits the selection's registers (a 151,936-id vocabulary needs 15).
+  const int capacity = cuda::mk::kThreads * cuda::mk::kSelPerThread;
+  for (int blocks : {std::max(5, (V + capacity - 1) / capacity), cuda::mk::token_logprob_blocks(V)}) {
     const std::vector<int> spots = slice_edge_ids(V, blocks);
     // The first kMaxTopLogprobs spots get the largest values, descending: each must come out in place.
     auto planted = logits;
@@ -92,6 +96,21 @@ TEST(CudaLogprobs, BestAlternativesPlantedAtEverySliceEdge) {
     expect_record_matches(r, planted, spots[1], kMaxTopLogprobs, kTol, "blocks " + std::to_string(blocks));
     EXPECT_EQ(r.ids[0], spots[0]);
   }
+}
+
+// Slices wider than the selection's registers would lose their tails: the launcher refuses them
+// (the log-sum-exp alone has no such limit).
+TEST(CudaLogprobs, SlicesBeyondTheSelectionAreRefused) {
+  MQ_REQUIRE_GPU();
+  const int capacity = cuda::mk::kThreads * cuda::mk::kSelPerThread;
+  const int V = 2 * capacity + 1;  // two blocks leave capacity + 1 ids in the first
+  const auto logits = random_floats(size_t(V), 23, -10, 10);
+  const auto d = upload(logits);
+  EXPECT_THROW(device_logprobs(d, V, 5, 1, 2), Error);
+  EXPECT_THROW(device_logprobs(d, V, 5, 1, 0), Error);
+  EXPECT_THROW(device_logprobs(d, V, 5, kMaxTopLogprobs + 1, 3), Error);
+  expect_record_matches(device_logprobs(d, V, 5, 0, 2), logits, 5, 0, kTol, "top 0, 2 blocks");
+  expect_record_matches(device_logprobs(d, V, 5, 3, 3), logits, 5, 3, kTol, "top 3, 3 blocks");
 }
 
 TEST(CudaLogprobs, TiesGoToTheLowestIdAndInfNanWeighNothing) {

@@ -131,6 +131,18 @@ void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t strea
 int token_logprob_blocks(int V) { return std::clamp((V + 2047) / 2048, 1, kMaxLogprobBlocks); }
 
 void launch_token_logprobs(const LogprobArgs& args, int blocks, cudaStream_t stream) {
+  // A slice wider than the top-k registers would silently lose its tail (cta_top_k reads kThreads x
+  // kSelPerThread keys): refuse it.
+  const int capacity = kThreads * kSelPerThread;
+  if (blocks < 1 || blocks > kMaxLogprobBlocks || args.V < 1 || args.top < 0 || args.top > kMaxLogprobTop)
+    throw_error("token logprobs: " + std::to_string(blocks) + " blocks, vocabulary " + std::to_string(args.V) +
+                ", top " + std::to_string(args.top) + " (blocks 1.." + std::to_string(kMaxLogprobBlocks) + ", top 0.." +
+                std::to_string(kMaxLogprobTop) + ")");
+  if (args.top > 0 && ((args.V + blocks - 1) / blocks > capacity || blocks * args.top > capacity))
+    throw_error("token logprobs: " + std::to_string(blocks) + " blocks over " + std::to_string(args.V) +
+                " ids leave " + std::to_string((args.V + blocks - 1) / blocks) + " ids per block with top " +
+                std::to_string(args.top) + "; the selection holds " + std::to_string(capacity) +
+                " (use token_logprob_blocks(V))");
   launch_kernel(token_logprobs_kernel, blocks, kThreads, 0, stream, args);
   CUDA_CHECK_LAUNCH("token_logprobs_kernel");
 }
