@@ -65,14 +65,14 @@ TEST_F(CudaEngineTest, PrefillAllLogitsMatchesCpu) {
     std::vector<float> got;
     gpu.prefill_all_logits(ids, got);
     double worst = 0;
-    int agree = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
+    for (size_t p = 0; p < ids.size(); ++p)
       worst = std::max(worst, relative_max_error(row(got, p, V()), row(want, p, V())));
-      agree += test::argmax(row(got, p, V())) == test::argmax(row(want, p, V()));
-    }
     // bf16-only activations (split off) round every GEMM input: ~4x the error; same bound, stated.
     EXPECT_LE(worst, kGpuLogitTolerance) << "split " << split;
-    EXPECT_GE(agree, int(ids.size()) - 2) << "split " << split;
+    // Top-1 as `megaqwen verify` judges it: flips of near-ties are rounding (the H200 flipped 3 of 150
+    // with split off, 2026-11-28); at most 2 flips of a clear winner.
+    const PhaseResult judged = test::judge_rows("prefill", got, want, size_t(V()));
+    EXPECT_LE(judged.mismatches.size(), 2u) << "split " << split << test::joined(judged.mismatches);
     RecordProperty(split ? "worst_rel_error_split" : "worst_rel_error_bf16", std::to_string(worst));
     EXPECT_EQ(gpu.position(), int(ids.size()));
   }
@@ -94,16 +94,28 @@ TEST_F(CudaEngineTest, DecodeMatchesCpuAndPrefillPlusDecodeEqualsDecodeAlone) {
   }
   EXPECT_LE(worst_cpu, kGpuLogitTolerance);
 
-  for (size_t split : {size_t(1), size_t(17), size_t(64)}) {
-    cuda::CudaEngine mixed(model_, {.context = 256});
-    std::vector<float> prefix;
-    mixed.prefill_all_logits(std::span(ids).first(split), prefix);
-    double worst = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
-      std::span<const float> got = p < split ? row(prefix, p, V()) : mixed.decode(ids[p]);
-      worst = std::max(worst, relative_max_error(got, decoded[p]));
+  // The prefix's rows come from the prefill, whose tensor-core attention rounds q and the softmax
+  // weights to bf16 (~3e-3 on an attention output, kernels_test.cpp; 5.2e-3 on these logits on the
+  // H200): with it they are held to kGpuLogitTolerance, with the fp32 prefill attention to
+  // kGpuSelfTolerance. The rows decoded after the prefill read the cache it wrote, which is the same
+  // either way (the attention does not write it): kGpuSelfTolerance.
+  for (bool tc : {false, true}) {
+    for (size_t split : {size_t(1), size_t(17), size_t(64)}) {
+      cuda::CudaEngine mixed(model_, {.context = 256, .tensor_core_prefill = tc});
+      std::vector<float> prefix;
+      mixed.prefill_all_logits(std::span(ids).first(split), prefix);
+      double worst_prefix = 0, worst_decode = 0;
+      for (size_t p = 0; p < ids.size(); ++p) {
+        if (p < split)
+          worst_prefix = std::max(worst_prefix, relative_max_error(row(prefix, p, V()), decoded[p]));
+        else
+          worst_decode = std::max(worst_decode, relative_max_error(mixed.decode(ids[p]), decoded[p]));
+      }
+      const std::string where = std::string(tc ? "tc" : "fp32") + " prefill of " + std::to_string(split);
+      EXPECT_LE(worst_prefix, tc ? kGpuLogitTolerance : kGpuSelfTolerance) << where;
+      EXPECT_LE(worst_decode, kGpuSelfTolerance) << where << ", then decode";
+      RecordProperty((tc ? "tc_prefix_" : "fp32_prefix_") + std::to_string(split), std::to_string(worst_prefix));
     }
-    EXPECT_LE(worst, kGpuSelfTolerance) << "prefill " << split << " then decode";
   }
 }
 

@@ -17,6 +17,7 @@
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/device_buffer.h"
 #include "megaqwen/engine/engine.h"
+#include "megaqwen/engine/verify.h"
 #include "megaqwen/model/qwen3_weights.h"
 #include "megaqwen/util/bf16.h"
 #include "test_random.h"  // random_floats
@@ -55,6 +56,20 @@ inline std::vector<int> slice_edge_ids(int V, int slices) {
     spots.push_back(std::min(V, (b + 1) * per) - 1);
   }
   return spots;
+}
+
+// Logit rows [n, V] against reference rows, judged as `megaqwen verify` judges a phase (engine/verify.h):
+// a top-1 flip is a near-tie, not a mismatch, when the reference's logits of the two ids differ by at
+// most twice the rows' median max|got - want|. Its mismatches name the flips of a clear winner.
+inline PhaseResult judge_rows(const char* name, std::span<const float> got, std::span<const float> want, size_t V) {
+  std::vector<LogitComparison> compared;
+  for (size_t p = 0; p * V < want.size(); ++p) compared.push_back(compare_logits(want.subspan(p * V, V), got.subspan(p * V, V)));
+  return judge_phase(name, compared, 0);
+}
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += "\n  " + l;
+  return s;
 }
 
 // The token an engine draws on its device (Engine::sample_on_device without logprobs), if it does.

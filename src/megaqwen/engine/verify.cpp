@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <utility>
 
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/sampling/sampler.h"
@@ -100,6 +100,16 @@ LogitComparison compare_logits(std::span<const float> reference, std::span<const
   return c;
 }
 
+PhaseResult judge_phase(std::string name, std::span<const LogitComparison> compared, int first_position,
+                        const VerifyThresholds& thresholds) {
+  PhaseResult phase;
+  phase.name = std::move(name);
+  phase.tie_tolerance = tie_tolerance_of(compared, thresholds);
+  for (size_t i = 0; i < compared.size(); ++i) add_position(phase, first_position + int(i), compared[i]);
+  finish_phase(phase);
+  return phase;
+}
+
 VerifyReport verify_engine(Engine& reference, Engine& candidate, const VerifyOptions& o) {
   const int n = int(o.tokens.size());
   if (n < 1) fail("verify needs at least one token");
@@ -138,16 +148,10 @@ VerifyReport verify_engine(Engine& reference, Engine& candidate, const VerifyOpt
   for (int p = o.prefill_tokens; p < n; ++p)
     compared.push_back(compare_logits(row(want, size_t(p), V), candidate.decode(o.tokens[size_t(p)])));
 
-  PhaseResult prefill, decode;
-  prefill.name = "prefill";
-  decode.name = "decode";
-  for (auto [phase, begin, end] : {std::tuple{&prefill, 0, o.prefill_tokens}, std::tuple{&decode, o.prefill_tokens, n}}) {
-    phase->tie_tolerance = tie_tolerance_of(std::span(compared).subspan(size_t(begin), size_t(end - begin)), o.thresholds);
-    for (int p = begin; p < end; ++p) add_position(*phase, p, compared[size_t(p)]);
-    finish_phase(*phase);
-  }
-  report.phases.push_back(prefill);
-  if (o.prefill_tokens < n) report.phases.push_back(decode);
+  const std::span<const LogitComparison> all(compared);
+  report.phases.push_back(judge_phase("prefill", all.first(size_t(o.prefill_tokens)), 0, o.thresholds));
+  if (o.prefill_tokens < n)
+    report.phases.push_back(judge_phase("decode", all.subspan(size_t(o.prefill_tokens)), o.prefill_tokens, o.thresholds));
 
   // Generation: the candidate's greedy tokens, each judged on the reference's logits of the same
   // sequence (the first after the whole input, the others after the candidate's own tokens).

@@ -66,6 +66,12 @@ struct PhaseResult {
   double top1_rate() const { return positions ? double(agree + near_ties) / positions : 1.0; }
 };
 
+// One phase judged from its positions' comparisons (compare_logits; the first is sequence position
+// first_position): the tie tolerance from all of them, then each position. verify_engine's prefill
+// and decode phases; the GPU tests judge their own logit rows with it.
+PhaseResult judge_phase(std::string name, std::span<const LogitComparison> compared, int first_position,
+                        const VerifyThresholds& thresholds = {});
+
 struct VerifyOptions {
   std::vector<int32_t> tokens;  // the sequence: prefill_tokens of them prefilled, the rest decoded
   int prefill_tokens = 0;       // >= 1, <= tokens.size()
