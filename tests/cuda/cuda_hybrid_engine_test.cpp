@@ -46,10 +46,15 @@ using test::relative_max_error;
 
 constexpr double kGpuLogitTolerance = 2e-2;   // against the fp32-cache reference (verify's bound)
 constexpr double kSameCacheTolerance = 1e-2;  // against the bf16-cache reference
-// Prefill with bf16-only GEMM inputs (split_activations off): every GEMM input rounded (2^-9 relative),
-// which these models amplify as they do the cache's rounding: measured 0.039 (tiny-hybrid) and 0.096
-// (tiny-hybrid-gqa). A loose bound, so this mode is held mostly by its top-1 agreement.
-constexpr double kBf16InputsTolerance = 0.15;
+// Prefill with bf16-only GEMM inputs (split_activations off), against a CPU engine that rounds the same
+// inputs (bf16_matmul_inputs). What remains is the inputs whose two fp32 values (GPU and CPU summation
+// orders) straddle a bf16 rounding boundary: each such flip is a 2^-8 step on one element, and these
+// random models amplify it (tiny-hybrid-gqa most). Measured on the emulated device, whose GEMM sums
+// like the CPU: ~1e-7 on tiny-hybrid, 0.065 on tiny-hybrid-gqa (0.039 and 0.096 against the fp32-input
+// reference); on the H200 the fp32-input reference had given 0.035 and 0.28. So the bound is loose and
+// the top-1 check, judged as `megaqwen verify` judges it, carries this mode: a bug of its own (a stale
+// or unwritten bf16 input) moves logits by O(1) and flips most top-1s.
+constexpr double kBf16InputsTolerance = 0.3;
 
 std::vector<int32_t> ids_below(int vocab, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -90,13 +95,14 @@ class CudaHybridEngineTest : public ::testing::TestWithParam<const char*> {
 };
 
 // Every prefill position against the bf16-cache CPU engine, in chunks of 16 (the conv window and the
-// DeltaNet states carried across chunk boundaries), with and without the bf16 split of the GEMM inputs.
+// DeltaNet states carried across chunk boundaries), with and without the bf16 split of the GEMM inputs;
+// without it, against a CPU engine that rounds its matrix products' inputs to bf16 as well.
 TEST_P(CudaHybridEngineTest, ChunkedPrefillLogitsMatchCpu) {
   const auto ids = ids_below(V(), 70, 1);
-  CpuHybridEngine cpu(model_, {.context = 256, .threads = 0, .bf16_kv_cache = true});
-  std::vector<float> want;
-  cpu.prefill_all_logits(ids, want);
   for (bool split : {true, false}) {
+    CpuHybridEngine cpu(model_, {.context = 256, .threads = 0, .bf16_kv_cache = true, .bf16_matmul_inputs = !split});
+    std::vector<float> want;
+    cpu.prefill_all_logits(ids, want);
     cuda::CudaEngineOptions o = exact_options(256);
     o.prefill_chunk = 16;
     o.split_activations = split;
@@ -104,13 +110,11 @@ TEST_P(CudaHybridEngineTest, ChunkedPrefillLogitsMatchCpu) {
     std::vector<float> got;
     gpu.prefill_all_logits(ids, got);
     double worst = 0;
-    int agree = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
+    for (size_t p = 0; p < ids.size(); ++p)
       worst = std::max(worst, relative_max_error(row(got, p, V()), row(want, p, V())));
-      agree += test::argmax(row(got, p, V())) == test::argmax(row(want, p, V()));
-    }
     EXPECT_LE(worst, split ? kSameCacheTolerance : kBf16InputsTolerance) << "split " << split;
-    EXPECT_GE(agree, int(ids.size()) - 2) << "split " << split;
+    const PhaseResult judged = test::judge_rows("prefill", got, want, size_t(V()));
+    EXPECT_LE(judged.mismatches.size(), 2u) << "split " << split << test::joined(judged.mismatches);
     RecordProperty(std::string(GetParam()) + (split ? "_worst_rel_error_split" : "_worst_rel_error_bf16"),
                    std::to_string(worst));
     EXPECT_EQ(gpu.position(), int(ids.size()));

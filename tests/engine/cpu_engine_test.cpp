@@ -163,5 +163,20 @@ TEST_F(CpuEngineTest, LongPromptLogitsDoNotDependOnHowItIsCut) {
   }
 }
 
+// bf16_matmul_inputs (the reference for the CUDA prefill's bf16-only GEMM inputs) rounds what every
+// matrix product sees: the logits move, by about what 2^-9 relative input rounding explains.
+TEST_F(CpuEngineTest, Bf16MatmulInputsRoundEveryProductInput) {
+  const auto prompt = std::span(ids_).first(32);
+  CpuEngine plain(model_, {.context = 64, .threads = 2});
+  CpuEngine rounded(model_, {.context = 64, .threads = 2, .bf16_matmul_inputs = true});
+  std::vector<float> a, b;
+  plain.prefill_all_logits(prompt, a);
+  rounded.prefill_all_logits(prompt, b);
+  double worst = 0;
+  for (size_t pos = 0; pos < prompt.size(); ++pos) worst = std::max(worst, relative_max_error(row(b, pos), row(a, pos)));
+  EXPECT_GT(worst, 1e-5) << "the option changed nothing";
+  EXPECT_LT(worst, 3e-2);
+}
+
 }  // namespace
 }  // namespace megaqwen

@@ -20,7 +20,10 @@ constexpr int kDefaultContext = 4096;
 }  // namespace
 
 CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions options)
-    : model_(std::move(model)), pool_(options.threads), bf16_kv_cache_(options.bf16_kv_cache) {
+    : model_(std::move(model)),
+      pool_(options.threads),
+      bf16_kv_cache_(options.bf16_kv_cache),
+      bf16_matmul_inputs_(options.bf16_matmul_inputs) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -35,6 +38,10 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
 
 std::string cpu_device_name(size_t threads, bool bf16_kv_cache) {
   return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16)" : ")");
+}
+
+void CpuEngine::project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
+  bf16_matmul_inputs_ ? cpu::matmul_bf16_input(w, in, tokens, out, pool_) : cpu::matmul(w, in, tokens, out, pool_);
 }
 
 std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
@@ -163,9 +170,9 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
 
     // 2a. Attention block: h = RMSNorm(x); q, k, v projections.
     for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], L.input_norm, eps, H, &h[size_t(t * H)]);
-    cpu::matmul(L.q, h.data(), T, q.data(), pool_);
-    cpu::matmul(L.k, h.data(), T, k.data(), pool_);
-    cpu::matmul(L.v, h.data(), T, v.data(), pool_);
+    project(L.q, h.data(), T, q.data());
+    project(L.k, h.data(), T, k.data());
+    project(L.v, h.data(), T, v.data());
 
     // QK-norm per head, then RoPE at the token's absolute position; append k, v to the cache.
     for (int64_t t = 0; t < T; ++t) {
@@ -191,15 +198,15 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
     cpu::causal_attention(q.data(), T, heads, kv_heads, D, p0, k_cache, v_cache, scale, attn.data(), pool_);
 
     // x = x + attn Wo^T
-    cpu::matmul(L.o, attn.data(), T, delta.data(), pool_);
+    project(L.o, attn.data(), T, delta.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
 
     // 2b. MLP block: x = x + (silu(h Wg^T) * (h Wu^T)) Wd^T with h = RMSNorm(x).
     for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], L.post_norm, eps, H, &h[size_t(t * H)]);
-    cpu::matmul(L.gate, h.data(), T, gate.data(), pool_);
-    cpu::matmul(L.up, h.data(), T, up.data(), pool_);
+    project(L.gate, h.data(), T, gate.data());
+    project(L.up, h.data(), T, up.data());
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = cpu::silu(gate[i]) * up[i];
-    cpu::matmul(L.down, gate.data(), T, delta.data(), pool_);
+    project(L.down, gate.data(), T, delta.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
   }
 
@@ -207,10 +214,10 @@ void CpuEngine::forward_chunk(std::span<const int32_t> tokens, float* all_logits
   const int64_t first = all_logits ? 0 : T - 1;
   for (int64_t t = first; t < T; ++t) cpu::rms_norm(&x[size_t(t * H)], w.final_norm, eps, H, &h[size_t(t * H)]);
   if (all_logits) {
-    cpu::matmul(w.lm_head, h.data(), T, all_logits, pool_);
+    project(w.lm_head, h.data(), T, all_logits);
     std::copy_n(all_logits + (T - 1) * c.vocab_size, c.vocab_size, logits_.data());
   } else {
-    cpu::matmul(w.lm_head, &h[size_t((T - 1) * H)], 1, logits_.data(), pool_);
+    project(w.lm_head, &h[size_t((T - 1) * H)], 1, logits_.data());
   }
   position_ += int(T);
 }

@@ -20,6 +20,9 @@ struct CpuEngineOptions {
   // Store k and v rounded to bf16, as the CUDA engines' cache does (kept in fp32 otherwise). For the
   // GPU tests: against such a reference the cache's rounding cancels, and the bounds can be tight.
   bool bf16_kv_cache = false;
+  // Round every matrix product's input to bf16 (the CUDA prefill with split_activations off rounds
+  // its GEMM inputs so). For the GPU tests only: decode rounds too, where the GPU's GEMVs do not.
+  bool bf16_matmul_inputs = false;
 };
 
 // The CPU engines' device line: "cpu (N threads)", and what the cache rounds to when it is not fp32.
@@ -52,10 +55,13 @@ class CpuEngine final : public Engine {
   // `all_logits` when given, and the last token's logits to logits_.
   void forward(std::span<const int32_t> tokens, float* all_logits);
   void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
+  // cpu::matmul, of the input rounded to bf16 when bf16_matmul_inputs_.
+  void project(const WeightMatrix& w, const float* in, int64_t tokens, float* out);
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
   bool bf16_kv_cache_ = false;
+  bool bf16_matmul_inputs_ = false;
   int context_ = 0;
   int position_ = 0;
   std::vector<float> inv_freq_;     // [D/2] RoPE frequencies

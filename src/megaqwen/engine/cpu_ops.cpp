@@ -74,6 +74,12 @@ void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
+void matmul_bf16_input(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
+  std::vector<float> rounded(in, in + tokens * w.cols);
+  round_to_bf16(rounded.data(), int64_t(rounded.size()));
+  matmul(w, rounded.data(), tokens, out, pool);
+}
+
 void rms_norm_zero_centered(const float* x, const WeightVector& w, double eps, int64_t n, float* out) {
   double sum_sq = 0;
   for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);

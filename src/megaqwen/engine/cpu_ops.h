@@ -31,6 +31,8 @@ void l2_normalize(float* x, int64_t n, double eps);
 // out[t, :] = in[t, :] W^T for t < tokens: W is [rows, cols], in is [tokens, cols], out [tokens, rows].
 // In cpu_matmul.cpp: packed register-blocked kernels for tokens > 1, a bf16 GEMV for one token.
 void matmul(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool);
+// matmul of a copy of `in` rounded to bf16 (round to nearest even), as a GEMM fed bf16 activations.
+void matmul_bf16_input(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool);
 // The dot product of row `row` of W with x[cols] (vectorized per weight dtype).
 float dot_row(const WeightMatrix& w, int64_t row, const float* x);
 

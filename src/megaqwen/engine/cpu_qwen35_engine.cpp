@@ -36,7 +36,8 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
         return *model_->qwen35;
       }()),
       pool_(options.threads),
-      bf16_kv_cache_(options.bf16_kv_cache) {
+      bf16_kv_cache_(options.bf16_kv_cache),
+      bf16_matmul_inputs_(options.bf16_matmul_inputs) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -56,6 +57,10 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   rollback_ = RecurrentRollback<States>(context_);
   inv_freq_ = rope_inverse_frequencies(c);
   logits_.resize(size_t(c.vocab_size));
+}
+
+void CpuHybridEngine::project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
+  bf16_matmul_inputs_ ? cpu::matmul_bf16_input(w, in, tokens, out, pool_) : cpu::matmul(w, in, tokens, out, pool_);
 }
 
 std::string CpuHybridEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
@@ -268,10 +273,10 @@ void CpuHybridEngine::forward_chunk(std::span<const int32_t> tokens, float* all_
   for (int64_t t = first; t < T; ++t)
     cpu::rms_norm_zero_centered(&x[size_t(t * H)], w.final_norm, eps, H, &h[size_t(t * H)]);
   if (all_logits) {
-    cpu::matmul(w.lm_head, h.data(), T, all_logits, pool_);
+    project(w.lm_head, h.data(), T, all_logits);
     std::copy_n(all_logits + (T - 1) * c.vocab_size, c.vocab_size, logits_.data());
   } else {
-    cpu::matmul(w.lm_head, &h[size_t((T - 1) * H)], 1, logits_.data(), pool_);
+    project(w.lm_head, &h[size_t((T - 1) * H)], 1, logits_.data());
   }
   position_ += int(T);
 }
@@ -293,9 +298,9 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
   std::vector<float> q(size_t(T * Q)), gate(size_t(T * Q));  // [T, heads, D]
   std::vector<float> k(size_t(T * KV)), v(size_t(T * KV));   // [T, kv_heads, D]
   std::vector<float> attn(size_t(T * Q));                    // [T, heads, D]
-  cpu::matmul(w.q, h, T, qg.data(), pool_);
-  cpu::matmul(w.k, h, T, k.data(), pool_);
-  cpu::matmul(w.v, h, T, v.data(), pool_);
+  project(w.q, h, T, qg.data());
+  project(w.k, h, T, k.data());
+  project(w.v, h, T, v.data());
 
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t hd = 0; hd < heads; ++hd) {
@@ -324,7 +329,7 @@ void CpuHybridEngine::gated_attention(const Qwen35FullAttentionWeights& w, int s
 
   // The output gate, then o_proj.
   for (size_t i = 0; i < attn.size(); ++i) attn[i] *= cpu::sigmoid(gate[i]);
-  cpu::matmul(w.o, attn.data(), T, out, pool_);
+  project(w.o, attn.data(), T, out);
 }
 
 // Gated DeltaNet (transformers' Qwen3_5GatedDeltaNet), token by token over the recurrence:
@@ -342,10 +347,10 @@ void CpuHybridEngine::gated_delta_net(const Qwen35LinearAttentionWeights& w, int
   std::vector<float> z(size_t(T * Vd));   // [T, nv, dv]: the output gate
   std::vector<float> b(size_t(T * nv)), a(size_t(T * nv));  // [T, nv]
   std::vector<float> o(size_t(T * Vd));   // [T, nv, dv]
-  cpu::matmul(w.in_qkv, h, T, qkv.data(), pool_);
-  cpu::matmul(w.in_z, h, T, z.data(), pool_);
-  cpu::matmul(w.in_b, h, T, b.data(), pool_);
-  cpu::matmul(w.in_a, h, T, a.data(), pool_);
+  project(w.in_qkv, h, T, qkv.data());
+  project(w.in_z, h, T, z.data());
+  project(w.in_b, h, T, b.data());
+  project(w.in_a, h, T, a.data());
 
   // 1. Short causal conv over time per channel, then SiLU; 2. q, k normalized, beta and g; 3. the
   // gated delta rule over the recurrent state, token by token (cpu_gated_delta_net.h).
@@ -361,17 +366,17 @@ void CpuHybridEngine::gated_delta_net(const Qwen35LinearAttentionWeights& w, int
       float* oh = &o[size_t((t * nv + hv) * dv)];
       cpu::gated_rms_norm(oh, &z[size_t((t * nv + hv) * dv)], w.norm, c.rms_norm_eps, dv, oh);
     }
-  cpu::matmul(w.out, o.data(), T, out, pool_);
+  project(w.out, o.data(), T, out);
 }
 
 // x W_down^T of silu(x W_gate^T) * (x W_up^T), as in Qwen3.
 void CpuHybridEngine::swiglu_mlp(const Qwen35LayerWeights& w, const float* h, int64_t T, float* out) {
   const int64_t I = model_->config.intermediate_size;
   std::vector<float> gate(size_t(T * I)), up(size_t(T * I));  // [T, I]
-  cpu::matmul(w.gate, h, T, gate.data(), pool_);
-  cpu::matmul(w.up, h, T, up.data(), pool_);
+  project(w.gate, h, T, gate.data());
+  project(w.up, h, T, up.data());
   for (size_t i = 0; i < gate.size(); ++i) gate[i] = cpu::silu(gate[i]) * up[i];
-  cpu::matmul(w.down, gate.data(), T, out, pool_);
+  project(w.down, gate.data(), T, out);
 }
 
 }  // namespace megaqwen
