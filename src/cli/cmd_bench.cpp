@@ -158,6 +158,10 @@ void add_bench_command(CLI::App& app) {
                   sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty);
     if (a->plan.logprobs >= 0)
       std::printf("decode draws scored: log-probability and %d alternatives per token\n", a->plan.logprobs);
+    // Timing builds only (-DMEGAQWEN_MK_TIMING=1): the megakernel's per-stage wait / work over every
+    // decode step of this run, warm-ups and all depths included.
+    const std::string profile = engine->decode_profile();
+    if (!profile.empty()) std::printf("\n%s", profile.c_str());
 
     if (!a->json.empty()) {
       nlohmann::ordered_json j;
@@ -186,6 +190,7 @@ void add_bench_command(CLI::App& app) {
                                 {"fraction_of_memory_bandwidth", bandwidth > 0 ? r.achieved_gb_s / bandwidth : 0.0},
                                 {"joules", r.joules}, {"average_watts", r.average_watts},
                                 {"tokens_per_joule", r.tokens_per_joule}});
+      if (!profile.empty()) j["decode_profile"] = profile;
       std::ofstream out(a->json);
       if (!out || !(out << j.dump(2) << "\n")) fail("cannot write {}", a->json);
     }

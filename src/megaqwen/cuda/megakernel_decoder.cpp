@@ -53,6 +53,8 @@ std::string MegakernelDecoder::device_suffix() const {
   return s;
 }
 
+std::string MegakernelDecoder::profile() const { return megakernel_ ? megakernel_->timing_report() : std::string(); }
+
 std::string MegakernelDecoder::unsupported_reason(const SamplingParams& params, int logprobs) const {
   if (!megakernel_) return note_;
   if (std::string why = megakernel_->sampling_unsupported_reason(params); !why.empty()) return why;

@@ -44,6 +44,7 @@ class MegakernelDecoder {
   const mk::Megakernel* megakernel() const { return megakernel_.get(); }
   const std::string& note() const { return note_; }  // what decodes, or why not the megakernel
   std::string device_suffix() const;                  // ", decode: megakernel" or ", decode: per-op"
+  std::string profile() const;                        // the kernel's timing report (timing builds), or empty
   // Why generate() would refuse these params and logprobs (empty: it runs them; the note when inactive).
   std::string unsupported_reason(const SamplingParams& params, int logprobs = kNoLogprobs) const;
   // Whether generate_on_device should hand this run to the kernel.

@@ -112,6 +112,9 @@ class Engine {
   // The caller keeps the run inside the context (position() + max_tokens <= context_size()).
   // Returns the number of tokens drawn (position() grew by exactly that), or nullopt when this engine
   // or these params have no such path (nothing was done: use decode_only + sample_on_device).
+  // Optional: where decode time went, by stage, as text (the megakernel's timing slots, in builds that
+  // compile them in: cmake -DMEGAQWEN_MK_TIMING=ON); empty when this build or engine does not measure it.
+  virtual std::string decode_profile() const { return {}; }
   virtual std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                                 const SamplingParams& params, std::span<const int32_t> history,
                                                 int logprobs, const DrawSink& on_draw) {

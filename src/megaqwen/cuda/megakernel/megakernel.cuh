@@ -57,7 +57,7 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
     if (t > 0) {
       // The previous token's selection: Step = t (release by the selecting CTA).
       {
-        StageTimer timer(p.timing, c.cta, Stage::Select);
+        StageTimer timer(p.timing, c.cta, Stage::Select, &c.stream.weight_wait_ns);
         wait_at_least(c.counter(Counter::Step), uint32_t(t), c.p.ablate);
       }
       if (threadIdx.x == 0) {

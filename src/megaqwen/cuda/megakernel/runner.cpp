@@ -84,9 +84,9 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
   if (const char* env = std::getenv("MEGAQWEN_MK_ABLATE"); env && *env) {
     char* end = nullptr;
     const unsigned long v = std::strtoul(env, &end, 0);
-    if (*end != '\0' || v > (kAblateDeferredRefill | kAblateFences | kAblateAcquireSpin))
-      fail("MEGAQWEN_MK_ABLATE must be a sum of {} (deferred refill), {} (fences), {} (acquire spin); got '{}'",
-           kAblateDeferredRefill, kAblateFences, kAblateAcquireSpin, env);
+    if (*end != '\0' || v > (kAblateDeferredRefill | kAblateFences | kAblateRelaxedSpin))
+      fail("MEGAQWEN_MK_ABLATE must be a sum of {} (deferred refill), {} (fences), {} (relaxed polls + fence); got '{}'",
+           kAblateDeferredRefill, kAblateFences, kAblateRelaxedSpin, env);
     ablate_ = uint32_t(v);
   }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
@@ -506,19 +506,32 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
 
 std::string Megakernel::timing_report() const {
   if (!timing_compiled() || timed_tokens_ == 0) return {};
-  std::string out = "megakernel stage timing (ns per token, mean over CTAs; wait / work):\n";
+  std::string out =
+      "megakernel stage timing (ns per token summed over layers, mean over CTAs; input wait / work / weight wait; "
+      "max over CTAs of wait + work + weights):\n";
+  double total[kTimingSlots] = {};
   for (int s = 0; s < kStageCount; ++s) {
-    double wait = 0, work = 0;
+    double sum[kTimingSlots] = {}, worst = 0;
     for (int b = 0; b < ctas_; ++b) {
-      wait += double(timing_sum_[(size_t(b) * kStageCount + s) * kTimingSlots]);
-      work += double(timing_sum_[(size_t(b) * kStageCount + s) * kTimingSlots + 1]);
+      double cta_total = 0;
+      for (int k = 0; k < kTimingSlots; ++k) {
+        const double v = double(timing_sum_[(size_t(b) * kStageCount + s) * kTimingSlots + k]);
+        sum[k] += v;
+        cta_total += v;
+      }
+      worst = std::max(worst, cta_total);
     }
     const double per = double(ctas_) * double(timed_tokens_);
-    char line[160];
-    std::snprintf(line, sizeof line, "  %-12s %10.0f / %10.0f\n", stage_name(Stage(s)), wait / per, work / per);
+    for (int k = 0; k < kTimingSlots; ++k) total[k] += sum[k] / per;
+    char line[200];
+    std::snprintf(line, sizeof line, "  %-12s %10.0f / %10.0f / %10.0f   max %10.0f\n", stage_name(Stage(s)),
+                  sum[0] / per, sum[1] / per, sum[2] / per, worst / double(timed_tokens_));
     out += line;
   }
-  return out;
+  char line[200];
+  std::snprintf(line, sizeof line, "  %-12s %10.0f / %10.0f / %10.0f   (%llu tokens timed)\n", "all", total[0], total[1],
+                total[2], static_cast<unsigned long long>(timed_tokens_));
+  return out + line;
 }
 
 }  // namespace megaqwen::cuda::mk

@@ -254,7 +254,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
 
 template <class C>
 __device__ void stage_attention(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Attention);
+  StageTimer timer(c.p.timing, c.cta, Stage::Attention, &c.stream.weight_wait_ns);
   const int items = C::KV_HEADS * c.p.splits;
   for (int item = c.cta; item < items; item += c.ctas) attention_item(c, l, item / c.p.splits, item % c.p.splits);
 }

@@ -17,7 +17,7 @@ namespace megaqwen::cuda::mk {
 
 template <class C>
 __device__ void stage_delta_out(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::OProj);
+  StageTimer timer(c.p.timing, c.cta, Stage::OProj, &c.stream.weight_wait_ns);
   if (c.part(Mat::Out).rows > 0) {
     wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::DELTA_ITEMS), c.p.ablate);
     timer.waited();

@@ -97,7 +97,7 @@ __device__ void delta_rule_item(Ctx<C>& c, int l, int hv, int cb) {
 
 template <class C>
 __device__ void stage_delta_rule(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Attention);
+  StageTimer timer(c.p.timing, c.cta, Stage::Attention, &c.stream.weight_wait_ns);
   constexpr int blocks = C::DV / C::DELTA_COLS;
   for (int item = c.cta; item < C::DELTA_ITEMS; item += c.ctas) delta_rule_item(c, l, item / blocks, item % blocks);
 }

@@ -13,7 +13,7 @@ namespace megaqwen::cuda::mk {
 
 template <class C>
 __device__ void stage_down(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Down);
+  StageTimer timer(c.p.timing, c.cta, Stage::Down, &c.stream.weight_wait_ns);
   if (c.part(Mat::Down).rows > 0) {
     wait_at_least(c.counter(Counter::MlpDone, l), c.all_ctas(), c.p.ablate);
     timer.waited();

@@ -35,7 +35,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   const bool logprobs = c.p.lp_records != nullptr;
   float* logits = c.p.logits_out ? c.p.logits_out + size_t(c.t) * size_t(c.p.vocab) : logprobs ? c.p.lp_raw : nullptr;
   {
-    StageTimer timer(c.p.timing, c.cta, Stage::LmHead);
+    StageTimer timer(c.p.timing, c.cta, Stage::LmHead, &c.stream.weight_wait_ns);
     if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
     wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas(), c.p.ablate);
     timer.waited();
@@ -76,7 +76,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     }
   }
 
-  StageTimer timer(c.p.timing, c.cta, Stage::Select);
+  StageTimer timer(c.p.timing, c.cta, Stage::Select, &c.stream.weight_wait_ns);
   __syncthreads();
   if (threadIdx.x == 0) c.flags[0] = take_ticket(c.counter(Counter::LmTicket), c.p.ablate) == c.all_ctas() - 1u;
   c.stream.flush();  // the LM head's last refill (the next token's first weights), after the ticket

@@ -14,7 +14,7 @@ namespace megaqwen::cuda::mk {
 
 template <class C>
 __device__ void stage_mlp(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Mlp);
+  StageTimer timer(c.p.timing, c.cta, Stage::Mlp, &c.stream.weight_wait_ns);
   if (c.part(Mat::GateUp).rows > 0) {
     wait_at_least(c.counter(Counter::ODone, l), c.all_ctas(), c.p.ablate);
     timer.waited();

@@ -14,7 +14,7 @@ namespace megaqwen::cuda::mk {
 
 template <class C>
 __device__ void stage_o_proj(Ctx<C>& c, int l) {
-  StageTimer timer(c.p.timing, c.cta, Stage::OProj);
+  StageTimer timer(c.p.timing, c.cta, Stage::OProj, &c.stream.weight_wait_ns);
   if (c.part(Mat::O).rows > 0) {
     wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS), c.p.ablate);
     timer.waited();

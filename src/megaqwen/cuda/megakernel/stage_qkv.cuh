@@ -20,7 +20,7 @@ namespace megaqwen::cuda::mk {
 template <class C, class Value, class GroupRows>
 __device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups, Value&& value,
                                             GroupRows&& group_rows) {
-  StageTimer timer(c.p.timing, c.cta, Stage::Qkv);
+  StageTimer timer(c.p.timing, c.cta, Stage::Qkv, &c.stream.weight_wait_ns);
   const Part& pt = c.part(m);
   if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
   if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "megaqwen/cuda/megakernel/schedule.cuh"
+#include "megaqwen/cuda/megakernel/sync.cuh"
 
 namespace megaqwen::cuda::mk {
 
@@ -80,6 +81,7 @@ struct WeightStream {
   const Params* p;
   uint32_t issued = 0, consumed = 0;  // identical in every thread
   uint32_t pending = 0;               // refills deferred by release_deferred()
+  unsigned long long weight_wait_ns = 0;  // timing builds: thread 0's time in wait(), summed (StageTimer)
 
   __device__ void init(uint8_t* buffers, uint64_t* barriers, const Schedule<C>* s, const Params* params) {
     buf = buffers;
@@ -114,8 +116,14 @@ struct WeightStream {
   __device__ const uint8_t* wait() {
     uint64_t* b = bar + consumed % C::kStages;
     const uint32_t parity = (consumed / C::kStages) & 1u;
+#if MEGAQWEN_MK_TIMING
+    const unsigned long long t0 = threadIdx.x == 0 ? global_ns() : 0;
+#endif
     while (!mbar_try_wait(b, parity)) {
     }
+#if MEGAQWEN_MK_TIMING
+    if (threadIdx.x == 0) weight_wait_ns += global_ns() - t0;
+#endif
     return buf + size_t(consumed % C::kStages) * C::kBufBytes;
   }
   __device__ void release() {

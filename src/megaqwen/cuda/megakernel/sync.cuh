@@ -4,15 +4,16 @@
 //   thread 0's next operation), then thread 0 adds with red.release.gpu (no return value: a
 //   fire-and-forget reduction at L2). Release is cumulative over what the barrier ordered before it,
 //   so no separate fence is needed (CUTLASS's GenericBarrier does the same).
-// wait_at_least(): thread 0 polls with relaxed GPU-scope loads (served by L2; an acquire load would
-//   invalidate the SM's L1 on every poll), then one fence.acq_rel makes the observed release an
-//   acquire; a __syncthreads hands that view to the whole CTA (cooperative groups' grid barrier
-//   pattern, without the barrier: only the CTAs that need a result wait for it).
+// wait_at_least(): thread 0 polls with ld.acquire.gpu until the target is reached; a __syncthreads
+//   hands that view to the whole CTA (cooperative groups' grid barrier pattern, without the barrier:
+//   only the CTAs that need a result wait for it). The other form, relaxed polls and then one
+//   fence.acq_rel (chosen first to spare the SM's L1 an invalidation per poll), measured 5% slower on
+//   the H200 (2026-11-28: 1,077 against 1,128 tok/s at position 1); kAblateRelaxedSpin keeps it.
 // ticket(): atom.add.acq_rel.gpu, for "the last one to arrive does the merge" (attention splits,
 //   the LM head's token selection).
 // `ablate` (Params::ablate) puts back the conservative forms, so a benchmark can measure each
-// choice: kAblateFences adds a __threadfence before every release / ticket, kAblateAcquireSpin polls
-// with ld.acquire.
+// choice: kAblateFences adds a __threadfence before every release / ticket, kAblateRelaxedSpin polls
+// relaxed and fences once.
 // Data produced inside the launch is read with ld.global.cg (__ldcg: L2, not the incoherent L1) and
 // never through the read-only path (__ldg), which is kept for the weights.
 #pragma once
@@ -33,7 +34,8 @@ namespace megaqwen::cuda::mk {
 inline uint32_t g_sync_faults = 0;
 enum : uint32_t {
   kFaultRelaxedRelease = 1,         // release adds, tickets and the Step store become relaxed
-  kFaultNoAcquireFence = 2,         // the wait's fence after its relaxed polls is left out
+  kFaultNoAcquireFence = 2,         // the wait's acquire is left out: ld.acquire polls become relaxed,
+                                    // the fence after relaxed polls is dropped
   kFaultNoBarrierBeforeSignal = 4,  // signal_add releases without first waiting for the CTA's writes
 };
 __device__ __forceinline__ simt::MemoryOrder release_order(simt::MemoryOrder o) {
@@ -41,7 +43,8 @@ __device__ __forceinline__ simt::MemoryOrder release_order(simt::MemoryOrder o) 
 }
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   simt::poll("ld.acquire");
-  return simt::atomic_load(p, simt::MemoryOrder::Acquire);
+  return simt::atomic_load(
+      p, (g_sync_faults & kFaultNoAcquireFence) ? simt::MemoryOrder::Relaxed : simt::MemoryOrder::Acquire);
 }
 __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
   simt::poll("ld.relaxed");
@@ -94,7 +97,7 @@ __device__ __forceinline__ void nanosleep_hint() {
 __device__ __forceinline__ void wait_at_least(const uint32_t* counter, uint32_t target, uint32_t ablate = 0) {
   if (threadIdx.x == 0) {
     int spins = 0;
-    if (ablate & kAblateAcquireSpin) {
+    if (!(ablate & kAblateRelaxedSpin)) {
       while (int32_t(ld_acquire(counter) - target) < 0)
         if (++spins > 64) nanosleep_hint();
     } else {
@@ -137,26 +140,30 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 #endif
 }
+// weight_ns: the weight stream's running total of its mbarrier waits (WeightStream::weight_wait_ns).
 struct StageTimer {
 #if MEGAQWEN_MK_TIMING
   unsigned long long* slots;
-  unsigned long long t0 = 0, t1 = 0;
-  __device__ StageTimer(unsigned long long* timing, int cta, Stage s)
-      : slots(timing ? timing + (size_t(cta) * kStageCount + int(s)) * kTimingSlots : nullptr) {
-    if (slots && threadIdx.x == 0) t0 = t1 = global_ns();
+  const unsigned long long* weight_ns;
+  unsigned long long t0 = 0, t1 = 0, w0 = 0;
+  __device__ StageTimer(unsigned long long* timing, int cta, Stage s, const unsigned long long* weight_wait_ns)
+      : slots(timing ? timing + (size_t(cta) * kStageCount + int(s)) * kTimingSlots : nullptr),
+        weight_ns(weight_wait_ns) {
+    if (slots && threadIdx.x == 0) t0 = t1 = global_ns(), w0 = *weight_ns;
   }
   __device__ void waited() {
     if (slots && threadIdx.x == 0) t1 = global_ns();
   }
   __device__ ~StageTimer() {
     if (slots && threadIdx.x == 0) {
-      const unsigned long long t2 = global_ns();
+      const unsigned long long t2 = global_ns(), weights = *weight_ns - w0;
       slots[0] += t1 - t0;
-      slots[1] += t2 - t1;
+      slots[1] += t2 - t1 - weights;
+      slots[2] += weights;
     }
   }
 #else
-  __device__ StageTimer(unsigned long long*, int, Stage) {}
+  __device__ StageTimer(unsigned long long*, int, Stage, const unsigned long long*) {}
   __device__ void waited() {}
 #endif
 };
