@@ -2,7 +2,8 @@
 # Builds, on this (GPU-less) machine, what scripts/gpu-check.sh runs on the GPU machine, where none of
 # our Debian -dev libraries exist and nothing can be installed:
 #   build-gpu/bin/megaqwen, build-gpu/bin/test_cuda   Release, sm_90a machine code + compute_80 PTX,
-#   (and bench_engine_state where Google Benchmark is installed)
+#   (and bench_engine_state where Google Benchmark is installed; megaqwen-mk-timing: megaqwen with the
+#   megakernel's timing slots), each xz-packed (NAME.xz)
 #                                                      no -march=native, libstdc++/libgcc linked statically
 #   build-gpu/lib/                                     the non-system shared libraries they load (fmt,
 #                                                      pcre2, utf8proc, libedit, libbsd, libmd, ...)
@@ -33,6 +34,17 @@ if cmake --build "$tree" -j "$jobs" --target bench_engine_state >/dev/null 2>&1;
 else
   echo "build-gpu.sh: bench_engine_state not built (no Google Benchmark); gpu-check skips its copy timings" >&2
 fi
+# megaqwen again with the megakernel's per-stage timing slots compiled in (-DMEGAQWEN_MK_TIMING=ON, a
+# tree of its own: the slots cost registers and stores in the hot loop, so the normal build has none;
+# only megakernel.cu differs, ccache serves the rest): gpu-check's mk-timing stage prints where
+# decode time goes. MEGAQWEN_GPU_TIMING=0 skips it.
+if [ "${MEGAQWEN_GPU_TIMING:-1}" != 0 ]; then
+  cmake -S . -B "$tree-timing" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+    -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" -DMEGAQWEN_MK_TIMING=ON \
+    -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+  cmake --build "$tree-timing" -j "$jobs" --target megaqwen_cli
+  cp "$tree-timing/megaqwen" build-gpu/bin/megaqwen-mk-timing
+fi
 # Everything ldd resolves outside the C library, the dynamic loader and the driver goes along.
 for bin in build-gpu/bin/*; do ldd "$bin"; done | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
@@ -50,12 +62,15 @@ if [ -f "$tok/vocab.json" ] && [ -f "$tok/merges.txt" ] && [ -f "$tok/tokenizer_
 else
   echo "build-gpu.sh: no Qwen3 tokenizer in $tok; gpu-check's cli stage will generate from ids, without chat" >&2
 fi
+# The executables travel xz-packed (about a quarter of their size; gpu-check.sh unpacks them there):
+# with the timing build beside the others they would not fit the device tool's 64 MiB otherwise.
+for f in build-gpu/bin/*; do xz -T0 -6 "$f"; done
 {
   echo "commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) (plus uncommitted changes: $(git status --porcelain 2>/dev/null | wc -l) files)"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | awk '{print $NF}')"
   echo "nvcc: $(nvcc --version | tail -1)"
   echo "gcc: $(gcc --version | head -1)"
-  for bin in build-gpu/bin/*; do echo "--- ldd $bin"; ldd "$bin"; done
+  for bin in "$tree/megaqwen" "$tree/tests/cuda/test_cuda"; do echo "--- ldd $bin"; ldd "$bin"; done
 } > build-gpu/BUILD-INFO
 du -sh build-gpu build-gpu/bin/* build-gpu/lib | sed 's/^/build-gpu.sh: /'
 # The device tool carries at most 64 MiB: the working tree (tracked and untracked files git does not

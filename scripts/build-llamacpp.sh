@@ -80,11 +80,11 @@ fi
 # with xz (gpu-check unpacks them), the libraries both load but cuBLAS and NCCL (PyTorch's wheel
 # has them there), the Qwen3 tokenizer for the synthetic model, llama.cpp's converter.
 mq=build-gpu
-[ -x "$mq/bin/megaqwen" ] || { echo "build-llamacpp.sh: run scripts/build-gpu.sh first (megaqwen goes in the bundle)" >&2; exit 1; }
+[ -f "$mq/bin/megaqwen.xz" ] || { echo "build-llamacpp.sh: run scripts/build-gpu.sh first (its megaqwen goes in the bundle)" >&2; exit 1; }
 gpu=$top/gpu
 rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/convert"
 xz -T0 -6 -c "$top/cuda/bin/llama-bench" >"$gpu/bin/llama-bench.xz"
-xz -T0 -6 -c "$mq/bin/megaqwen" >"$gpu/bin/megaqwen.xz"
+cp "$mq/bin/megaqwen.xz" "$gpu/bin/"  # build-gpu.sh packs it already
 cp "$mq"/lib/* "$gpu/lib/"
 cp -r "$mq/tokenizer" "$gpu/" 2>/dev/null || echo "build-llamacpp.sh: build-gpu has no tokenizer; the converter will fail there" >&2
 ldd "$top/cuda/bin/llama-bench" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do

@@ -27,16 +27,18 @@
 #   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE)
-#   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
+#   mk-timing the megakernel's per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot
+#             build): Qwen3-0.6B at depths 1 and 4,096, Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
+#   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
+#             bench
 #   hybrid    Qwen3.5: synth --preset qwen3.5-0.8b, the full-size CudaHybridEngine and hybrid
 #             megakernel tests (the tiny presets ran in tests), megaqwen verify,
 #             tools/verify_hf.py against transformers' Qwen3.5, a bench (decode on the hybrid
 #             megakernel), a prefill bench with MEGAQWEN_DELTANET_PREFILL=sequential and a decode
 #             bench with MEGAQWEN_DECODE=per-op (hybrid-bench.json holds all three)
-#   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
-#             bench
+#   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
 #   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
 #   llamacpp  llama.cpp on the same model (tools/bench_llamacpp.py: converted to a bf16 GGUF there,
 #             llama-bench against megaqwen bench run just before it, same tests as bench). It needs
@@ -64,7 +66,7 @@ out="${OUT:-$gb/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-all_stages="env model tests cli verify bench mk peers memcheck hybrid mk-sizes sass llamacpp"
+all_stages="env model tests cli verify bench mk mk-timing memcheck mk-sizes hybrid peers sass llamacpp"
 stages="${MEGAQWEN_STAGES:-$all_stages}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
@@ -139,7 +141,7 @@ libpath="$gb/lib${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
 mkdir -p "$tmp/mq-bin"
-for b in megaqwen test_cuda bench_engine_state llama-bench; do
+for b in megaqwen megaqwen-mk-timing test_cuda bench_engine_state llama-bench; do
   [ -x "$bin/$b" ] || continue
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$bin/$b" >"$tmp/mq-bin/$b"
   chmod +x "$tmp/mq-bin/$b"
@@ -304,7 +306,7 @@ memcheck_stage() {
   echo "SANITIZER memcheck (engine and kernels): $([ $rc = 0 ] && echo clean || echo "rc $rc")"
   # The megakernel on the tiny model (slow under the tools: few tests).
   for tool in racecheck memcheck; do
-    MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout --foreground 60 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
+    MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout --foreground 120 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
       "$bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
       echo "MK SANITIZER $tool: clean" || { echo "MK SANITIZER $tool: rc $?"; rc=1; }
   done
@@ -358,6 +360,25 @@ mk_stage() {
   python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "${abl[@]}"
 }
 
+# Where the megakernel's decode time goes: megaqwen-mk-timing (build-gpu.sh: the same code with the
+# timing slots compiled in) at depths 1 and 4,096, each run's per-stage wait / work (ns per token,
+# mean over CTAs) printed by bench and kept in its JSON; the tok/s of this build are not the kernel's
+# (the slots add stores and a globaltimer read per stage).
+mk_timing_stage() {
+  [ -x "$bin/megaqwen-mk-timing" ] || { echo "no megaqwen-mk-timing in $gb/bin (scripts/build-gpu.sh builds it)"; return 3; }
+  local run rc=0
+  [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
+  for run in "qwen3-0.6b:$model:1" "qwen3-0.6b:$model:4096" "qwen3.5-0.8b:$hybrid_model:1"; do
+    IFS=: read -r name dir depth <<<"$run"
+    [ -f "$dir/model.safetensors" ] || continue
+    MEGAQWEN_DECODE=megakernel timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench --model "$dir" --device cuda \
+      --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 --json "$tmp/mk-timing-$name-d$depth.json" |
+      tee "$tmp/mk-timing.txt" || rc=1
+    awk -v w="$name depth $depth" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
+  done
+  return $rc
+}
+
 # The larger compiled shapes (Qwen3-1.7B, 4B): synthetic models, the MegakernelSizes tests (gtest
 # output in the log: the 8-file limit), and the same side-by-side bench.
 mk_sizes_stage() {
@@ -376,22 +397,26 @@ peak_gb_s=4800
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && peak_gb_s=3350
 
 export root gb bin tmp out log libpath cublas_dir nccl_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites
-export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage \
+export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage mk_timing_stage \
   peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage llamacpp_stage
 
-# Budgets are upper bounds (a stage that hangs is cut there), not predictions: nothing here has run
-# on a GPU yet. The order is the priority: correctness and issue #4's evidence first.
+# Budgets are upper bounds (a stage that hangs is cut there). The first run on an H200 (2026-11-28,
+# bench/results/gpu_h200_gpu-check_2026-11-28_call*.log) took: env 10 s, model 1, tests 59, cli 9,
+# verify 35, bench 22, mk 35, peers 298, memcheck 77 (racecheck cut at 60 s), hybrid 64, sass 8.
+# The order is the priority: correctness, then the megakernel's numbers (issue #5), then the peers,
+# which ran once already and take the longest.
 stage env 30 env_stage
 stage model 60 model_stage
-stage tests 240 tests_stage
+stage tests 180 tests_stage
 stage cli 60 cli_stage
-stage verify 150 verify_stage
-stage bench 120 bench_stage
-stage mk 240 mk_stage
-stage peers 300 peers_stage
+stage verify 90 verify_stage
+stage bench 60 bench_stage
+stage mk 120 mk_stage
+stage mk-timing 90 mk_timing_stage
 stage memcheck 240 memcheck_stage
-stage hybrid 300 hybrid_stage
-stage mk-sizes 480 mk_sizes_stage
+stage mk-sizes 300 mk_sizes_stage
+stage hybrid 150 hybrid_stage
+stage peers 300 peers_stage
 stage sass 45 sass_stage
 if want llamacpp && [ ! -x "$bin/llama-bench" ]; then
   status[llamacpp]="skipped (build-llamacpp/gpu not carried)"
@@ -437,7 +462,7 @@ for name in ("tests.xml",):
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
                         "MEGAQWEN VERIFY", "| tg", "| pp", "SUITE ", "GENERATE ", "CHAT", "SANITIZER",
-                        "MK ", "| MK", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
+                        "MK ", "| MK", "MK TIMING", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
         print(line)
 b = os.path.join(out, "bench.json")
 if os.path.exists(b):
@@ -470,7 +495,7 @@ done
   if ((${#pending[@]})); then
     need="env"
     for name in "${pending[@]}"; do
-      case $name in tests | cli | verify | bench | mk | peers | memcheck | llamacpp) need="env model" ;; esac
+      case $name in tests | cli | verify | bench | mk | mk-timing | peers | memcheck | llamacpp) need="env model" ;; esac
     done
     next=$(printf '%s\n' $need "${pending[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
     echo "NEXT: MEGAQWEN_STAGES=\"${next% }\" bash scripts/gpu-check.sh"

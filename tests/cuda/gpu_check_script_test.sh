@@ -55,7 +55,7 @@ check "no stage failed" bash -c "! grep -q '^FAILED stages' '$o/summary.md'"
 # 2. A deadline too short for tests: it is skipped and named for the next call (with the model it
 # needs); cli runs and fails (no model, no GPU) and is named apart.
 mkdir -p "$work/out2"
-run_check "$work/out2" MEGAQWEN_STAGES="env tests cli" MEGAQWEN_DEADLINE=100
+run_check "$work/out2" MEGAQWEN_STAGES="env tests cli" MEGAQWEN_DEADLINE=80
 o=$work/out2
 check "tests skipped for time" grep -qE '^\| tests \| skipped' "$o/summary.md"
 check "the failed cli stage is named" grep -q '^FAILED stages: cli ' "$o/summary.md"
