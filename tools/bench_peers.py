@@ -4,8 +4,9 @@
 
 Modes (batch 1, bf16, greedy, sdpa attention):
   eager    DynamicCache, one model() call per token from Python (how most people run transformers);
-  compile  StaticCache sized for the deepest test + torch.compile(mode="reduce-overhead") of forward
-           (CUDA graphs), the fastest stock transformers path.
+  compile  what generate() does with a static cache, the fastest stock transformers path: a StaticCache
+           sized for the test (never shrunk, as generate keeps its largest), the forward compiled by
+           model.get_compiled_call (torch.compile mode "reduce-overhead": CUDA graphs), prefill eager.
 Tests, as megaqwen's benchmark defines them:
   ppN      prefill of N prompt tokens (ids spread over the vocabulary), tokens / second;
   tgN@dD   N decode steps starting at cache position D. The cache is filled with noise up to D - 1
@@ -17,7 +18,7 @@ ratio columns. Stops starting new tests once --budget-seconds are spent (named i
 
 --device cpu runs the same tests on the processor (megaqwen's CPU engine has its peers too; it is also
 how this script is checked on a machine without a GPU); compile mode there is torch.compile without
-CUDA graphs.
+CUDA graphs, with static shapes.
 
 Usage: python3 tools/bench_peers.py --model DIR [--prompt-len 512,4096] [--depth 1,512,2048,8192,32768]
        [--tokens 128] [--megaqwen-json bench.json] [--json peers.json] [--modes eager,compile]
@@ -60,54 +61,124 @@ def noise_like(shape, gen):
 
 
 class Runner:
+    """The model calls of one mode.
+
+    compile is what transformers 5.x `generate()` does for a static cache (generation/utils.py):
+    - the forward is `model.get_compiled_call(CompileConfig())`: torch.compile(model.__call__, backend
+      inductor, mode "reduce-overhead" (CUDA graphs), fullgraph False, dynamic None); prefill stays eager,
+      as generate's `_prefill`;
+    - the cache is `StaticCache(config=, max_cache_len=)` sized for the test (the positions it writes, + 1)
+      but never shrunk (generate keeps the largest `max_cache_len` it has used, to spare recompilations),
+      initialized outside any compiled call. That marks its key/value tensors and each layer's
+      `cumulative_length` counter as static addresses, which the CUDA graph may mutate in place. (Initialized
+      inside the first compiled call, as happened when a decode test's first step met an empty cache, they
+      are unmarked graph outputs that the next replay overwrites: "skipping cudagraphs due to mutated
+      inputs", then "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run".)
+      transformers 5.x has no `cache_position`: a static layer writes at its `cumulative_length`, and the
+      mask takes its query offset from it. A decode test's cache is initialized eagerly
+      (`early_initialization`, as generate does before a compiled chunked prefill) and refilled in place for
+      each run (`reset()`, then the noise through the eager `update`), so its addresses, which the recorded
+      CUDA graph holds, stay; a larger test makes a new one (torch.compile recompiles once, for a dynamic
+      length, then CUDA graphs record once per length);
+    - each decode call starts a new CUDA-graph step (`torch.compiler.cudagraph_mark_step_begin()`); of a
+      replay's outputs only the logits are read, by the argmax, before the next call; the token it makes is
+      an ordinary tensor, outside the graphs' memory pool.
+    """
+
     def __init__(self, model, mode, max_len):
+        import inspect
         self.model, self.mode, self.max_len = model, mode, max_len
         cfg = model.config
-        self.layers, self.kvh = cfg.num_hidden_layers, cfg.num_key_value_heads
-        self.hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+        cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+        self.config = cfg
+        self.layers = cfg.num_hidden_layers
+        self.kvh = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        params = inspect.signature(model.forward).parameters
+        self.takes_cache_position = "cache_position" in params  # transformers before 5.x
+        self.takes_logits_to_keep = "logits_to_keep" in params  # generate passes 1
         self.forward = model.forward
+        self.cache, self.cache_len = None, 0  # compile: the decode cache
         if mode == "compile":
-            # "reduce-overhead" is CUDA graphs; on the CPU the default mode is the compiled path.
-            self.forward = torch.compile(model.forward, mode="reduce-overhead" if DEVICE == "cuda" else "default",
-                                         fullgraph=True)
+            self.forward = self.compiled_call()
 
-    def new_cache(self, filled):
-        from transformers import DynamicCache, StaticCache
+    def compiled_call(self):
+        # generate(): model.get_compiled_call(generation_config.compile_config), by default CompileConfig().
+        # generate does not compile on the CPU; there this script compiles with mode "default" (CUDA graphs
+        # are for CUDA) and static shapes, one compilation per cache length (inductor's CPU code for a dynamic
+        # cache length runs the attention tens of times slower).
+        try:
+            from transformers import CompileConfig
+        except ImportError:
+            return torch.compile(self.model.__call__, mode="reduce-overhead" if DEVICE == "cuda" else "default",
+                                 dynamic=None if DEVICE == "cuda" else False)
+        config = CompileConfig() if DEVICE == "cuda" else CompileConfig(mode="default", dynamic=False)
+        if hasattr(self.model, "get_compiled_call"):
+            return self.model.get_compiled_call(config)
+        return torch.compile(self.model.__call__, **config.to_dict())
+
+    def static_cache(self, length, early):
+        from transformers import StaticCache
+        try:
+            cache = StaticCache(config=self.config, max_cache_len=length)
+        except TypeError:  # transformers before 4.56
+            return StaticCache(config=self.config, max_batch_size=1, max_cache_len=length, device=DEVICE,
+                               dtype=torch.bfloat16)
+        if early and hasattr(cache, "early_initialization"):
+            cache.early_initialization(batch_size=1, num_heads=self.kvh, head_dim=self.hd, dtype=self.model.dtype,
+                                       device=self.model.device)
+        return cache
+
+    def new_cache(self, filled, length=None):
+        """A cache holding `filled` positions of noise, with room for `length` (default: the deepest test)."""
+        from transformers import DynamicCache
         gen = torch.Generator(device=DEVICE).manual_seed(1)
         if self.mode == "eager":
             cache = DynamicCache()
-            for layer in range(self.layers):
-                if filled > 0:
-                    k = noise_like((1, self.kvh, filled, self.hd), gen)
-                    v = noise_like((1, self.kvh, filled, self.hd), gen)
-                    cache.update(k, v, layer)
-            return cache
-        try:
-            cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
-        except TypeError:
-            cache = StaticCache(config=self.model.config, max_batch_size=1, max_cache_len=self.max_len,
-                                device=DEVICE, dtype=torch.bfloat16)
+        else:
+            length = max(length or self.max_len, self.cache_len)
+            if self.cache is None or length > self.cache_len or not hasattr(self.cache, "early_initialization"):
+                self.cache = None  # free the old one first
+                # (transformers without early_initialization: a new cache each time, initialized by the fill)
+                self.cache, self.cache_len = self.static_cache(length, early=True), length
+            else:
+                self.cache.reset()  # in place: keys, values and every layer's cumulative_length to zero
+            cache = self.cache
         if filled > 0:
             pos = torch.arange(filled, device=DEVICE)
             for layer in range(self.layers):
                 k = noise_like((1, self.kvh, filled, self.hd), gen)
                 v = noise_like((1, self.kvh, filled, self.hd), gen)
+                # Eager. A static layer copies in place at its cumulative_length, which advances by `filled`;
+                # the cache kwargs are where transformers before 5.x took the positions from.
                 cache.update(k, v, layer, {"cache_position": pos})
         return cache
 
+    def model_kwargs(self, cache, positions):
+        kw = {"past_key_values": cache, "use_cache": True}
+        if self.takes_cache_position:
+            kw["cache_position"] = positions
+        return kw
+
     def step(self, token, cache, position):
-        ids = token.view(1, 1)
-        pos = torch.tensor([position], device=DEVICE)
-        out = self.forward(input_ids=ids, past_key_values=cache, cache_position=pos, position_ids=pos.view(1, 1),
-                           use_cache=True)
+        # The position is made on the device (a fill: no copy from the host, so no synchronization), as
+        # generate keeps its position_ids on the device.
+        pos = torch.full((1, 1), position, dtype=torch.long, device=DEVICE)
+        kw = self.model_kwargs(cache, pos.view(1))
+        if self.takes_logits_to_keep:
+            kw["logits_to_keep"] = 1
+        if self.mode == "compile":
+            torch.compiler.cudagraph_mark_step_begin()
+        out = self.forward(input_ids=token.view(1, 1), position_ids=pos, **kw)
         return out.logits[0, -1].argmax()
 
     def prefill(self, ids):
-        cache = self.new_cache(0)
+        # Prefill is not compiled (the compiled graph is for one token); both modes run eager here, compile on
+        # a new StaticCache for the prompt and one more token, initialized in this call, as in generate.
+        from transformers import DynamicCache
+        cache = DynamicCache() if self.mode == "eager" else self.static_cache(len(ids) + 1, early=False)
         pos = torch.arange(len(ids), device=DEVICE)
-        # Prefill is not compiled (the compiled graph is for one token); both modes run eager here.
-        out = self.model(input_ids=torch.tensor([ids], device=DEVICE), past_key_values=cache, cache_position=pos,
-                         use_cache=True)
+        out = self.model(input_ids=torch.tensor([ids], device=DEVICE), **self.model_kwargs(cache, pos))
         return out.logits[0, -1].argmax()
 
 
@@ -166,12 +237,12 @@ def main():
                             t1 = sync_time()
                         else:
                             ids = torch.tensor(bench_tokens(n + 1, vocab), device=DEVICE)
-                            cache = runner.new_cache(value - 1)
+                            cache = runner.new_cache(value - 1, value + n + 1)
                             tok = runner.step(ids[0], cache, value - 1)  # position depth, untimed
                             if mode == "compile" and r == 0:
-                                for i in range(3):  # compile + graph capture happen in the first calls
-                                    runner.step(tok, cache, value + i)
-                                cache = runner.new_cache(value - 1)
+                                for i in range(min(3, n)):  # compile + graph capture happen in the first calls
+                                    tok = runner.step(tok, cache, value + i)
+                                cache = runner.new_cache(value - 1, value + n + 1)
                                 tok = runner.step(ids[0], cache, value - 1)
                             t0 = sync_time()
                             for i in range(1, n + 1):
