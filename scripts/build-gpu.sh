@@ -28,11 +28,12 @@ cmake --build "$tree" -j "$jobs" --target megaqwen_cli test_cuda
 rm -rf build-gpu
 mkdir -p build-gpu/bin build-gpu/lib
 cp "$tree/megaqwen" "$tree/tests/cuda/test_cuda" build-gpu/bin/
-# Optional: the save/restore timings (Google Benchmark; gpu-check's bench stage runs it when present).
-if cmake --build "$tree" -j "$jobs" --target bench_engine_state >/dev/null 2>&1; then
-  cp "$tree/bench/engine/bench_engine_state" build-gpu/bin/
+# Optional (Google Benchmark): the save/restore timings (gpu-check's bench stage) and the megakernel's
+# dependency edge alone (bench_mk_edges, gpu-check's mk-timing stage).
+if cmake --build "$tree" -j "$jobs" --target bench_engine_state bench_mk_edges >/dev/null 2>&1; then
+  cp "$tree/bench/engine/bench_engine_state" "$tree/bench/engine/bench_mk_edges" build-gpu/bin/
 else
-  echo "build-gpu.sh: bench_engine_state not built (no Google Benchmark); gpu-check skips its copy timings" >&2
+  echo "build-gpu.sh: bench_engine_state / bench_mk_edges not built (no Google Benchmark); gpu-check skips them" >&2
 fi
 # megaqwen again with the megakernel's per-stage timing slots compiled in (-DMEGAQWEN_MK_TIMING=ON, a
 # tree of its own: the slots cost registers and stores in the hot loop, so the normal build has none;

@@ -27,8 +27,9 @@
 #   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE)
-#   mk-timing the megakernel's per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot
-#             build): Qwen3-0.6B at depths 1 and 4,096, Qwen3.5-0.8B at depth 1
+#   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
+#             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
+#             Qwen3-0.6B at depths 1 and 4,096, Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
@@ -141,7 +142,7 @@ libpath="$gb/lib${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}"
 # Wrappers so our binaries (and the Python tools that call them) get our libraries; Python itself
 # keeps its own environment.
 mkdir -p "$tmp/mq-bin"
-for b in megaqwen megaqwen-mk-timing test_cuda bench_engine_state llama-bench; do
+for b in megaqwen megaqwen-mk-timing test_cuda bench_engine_state bench_mk_edges llama-bench; do
   [ -x "$bin/$b" ] || continue
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' "$libpath" "$bin/$b" >"$tmp/mq-bin/$b"
   chmod +x "$tmp/mq-bin/$b"
@@ -367,6 +368,12 @@ mk_stage() {
 mk_timing_stage() {
   [ -x "$bin/megaqwen-mk-timing" ] || { echo "no megaqwen-mk-timing in $gb/bin (scripts/build-gpu.sh builds it)"; return 3; }
   local run rc=0
+  # The dependency edge alone (no weights): ns per edge by input-vector size and poll form.
+  if [ -x "$bin/bench_mk_edges" ]; then
+    timeout --foreground 30 "$tmp/mq-bin/bench_mk_edges" --benchmark_min_time=0.2 2>&1 | sed 's/^/MK EDGES /' || rc=1
+  else
+    echo "no bench_mk_edges in $gb/bin (build-gpu.sh builds it where Google Benchmark is installed)"
+  fi
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
   for run in "qwen3-0.6b:$model:1" "qwen3-0.6b:$model:4096" "qwen3.5-0.8b:$hybrid_model:1"; do
     IFS=: read -r name dir depth <<<"$run"

@@ -93,6 +93,36 @@ struct Selector {
 };
 
 
+// The edge probe (bench_mk_edges's kernel) runs every round on every CTA: the counter ends at
+// ctas x edges and every element of the last vector at `edges` (each round adds 1 to what the previous
+// round's vector held, read back through L2 after the edge), with either poll form.
+TEST(Megakernel, EdgeProbeRunsEveryRound) {
+  MQ_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  struct Case {
+    int ctas, n, edges;
+    uint32_t ablate;
+  };
+  for (const Case& c : {Case{3, 100, 5, 0}, Case{4, 0, 7, cuda::mk::kAblateRelaxedSpin},
+                        Case{prop.multiProcessorCount, 1024, kEmulatedDevice ? 3 : 50, 0},
+                        Case{prop.multiProcessorCount, 3072, kEmulatedDevice ? 2 : 50, cuda::mk::kAblateRelaxedSpin}}) {
+    cuda::DeviceBuffer<uint32_t> counter(1);
+    cuda::DeviceBuffer<float> vec(size_t(2 * std::max(c.n, 1)));
+    CUDA_CHECK(cudaMemset(counter.data(), 0, sizeof(uint32_t)));
+    CUDA_CHECK(cudaMemset(vec.data(), 0, vec.bytes()));
+    cuda::mk::launch_edge_probe({counter.data(), vec.data(), c.n, c.edges, c.ablate}, c.ctas, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::to_string(c.ctas) + " CTAs, n " + std::to_string(c.n);
+    EXPECT_EQ(test::download(counter)[0], uint32_t(c.ctas * c.edges)) << where;
+    const auto v = test::download(vec);
+    for (int i = 0; i < c.n; ++i) ASSERT_EQ(v[size_t((c.edges & 1) * c.n + i)], float(c.edges)) << where << " element " << i;
+  }
+  cuda::DeviceBuffer<uint32_t> counter(1);
+  EXPECT_THROW(cuda::mk::launch_edge_probe({counter.data(), nullptr, 0, 1, 0}, 0, nullptr), Error);
+  EXPECT_THROW(cuda::mk::launch_edge_probe({counter.data(), nullptr, 16, 1, 0}, 2, nullptr), Error);
+}
+
 TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
   MQ_REQUIRE_GPU();
   // Emulated: a 4,097-id vocabulary, and the winner in the first two, a middle and the last two slices.

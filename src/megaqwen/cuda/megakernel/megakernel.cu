@@ -8,6 +8,7 @@
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/launch.cuh"
+#include "megaqwen/cuda/megakernel/edge_probe.cuh"
 #include "megaqwen/cuda/megakernel/megakernel.cuh"
 
 namespace megaqwen::cuda::mk {
@@ -122,6 +123,26 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 }
 
 bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
+
+// The edge probe (edge_probe.cuh). Any sm_70+ device. Its 32 floats of reduction scratch are dynamic
+// shared memory, as the megakernel's are: the emulated device runs a persistent grid's CTAs side by
+// side, where a static __shared__ array would be one for all of them.
+__global__ void __launch_bounds__(kThreads, 1) edge_probe_kernel(const EdgeProbeArgs a) {
+#if defined(MEGAQWEN_SIMT)
+  edge_probe_body(a, simt::dynamic_shared<float>());
+#else
+  extern __shared__ float red[];
+  edge_probe_body(a, red);
+#endif
+}
+
+void launch_edge_probe(const EdgeProbeArgs& args, int ctas, cudaStream_t stream) {
+  if (ctas < 1 || args.edges < 0 || args.n < 0 || !args.counter || (args.n > 0 && !args.vec))
+    throw_error("edge probe: " + std::to_string(ctas) + " CTAs, " + std::to_string(args.edges) + " edges, " +
+                std::to_string(args.n) + " floats (CTAs >= 1, edges and floats >= 0, buffers given)");
+  launch_persistent(edge_probe_kernel, ctas, kThreads, 32 * sizeof(float), stream, args);
+  CUDA_CHECK_LAUNCH("edge_probe_kernel");
+}
 
 void launch_select_test(const SelectTestArgs& args, int ctas, cudaStream_t stream) {
   launch_kernel(select_test_kernel, ctas, kThreads, 0, stream, args);

@@ -40,6 +40,18 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 // Whether this build has timing slots compiled in (-DMEGAQWEN_MK_TIMING=1).
 bool timing_compiled();
 
+// The edge probe (edge_probe.cuh): `edges` rounds of the kernel's all-CTA dependency edge with no
+// weights, each reading the previous round's n-float vector through L2; for bench_mk_edges and its test.
+struct EdgeProbeArgs {
+  uint32_t* counter = nullptr;  // one counter, zeroed before the launch
+  float* vec = nullptr;         // [2, n], zeroed before the launch (unused when n == 0)
+  int n = 0;                    // floats per vector (0: edges alone)
+  int edges = 0;                // rounds
+  uint32_t ablate = 0;          // sync.cuh's forms (kAblateFences, kAblateRelaxedSpin)
+};
+// Launches ctas co-resident CTAs of kThreads threads (ctas <= the device's SMs); Error on bad args.
+void launch_edge_probe(const EdgeProbeArgs& args, int ctas, cudaStream_t stream);
+
 // Tests: the LM head's token selection alone over given logits (device pointers), with `ctas` CTAs
 // (each owns ceil(V / ctas) ids, as in the kernel). Argmax modes (top_k 0): greedy, or Gumbel-max
 // with gumbel; filtered mode (top_k 1..kMaxTopK): top-k / top-p / min-p draw. Penalties with counts.
