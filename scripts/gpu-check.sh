@@ -382,6 +382,7 @@ mk_timing_stage() {
       --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 --json "$tmp/mk-timing-$name-d$depth.json" |
       tee "$tmp/mk-timing.txt" || rc=1
     awk -v w="$name depth $depth" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
+    grep -q "stage timing" "$tmp/mk-timing.txt" || { echo "MK TIMING $name depth $depth: no timing report (a build without the slots?)"; rc=1; }
   done
   return $rc
 }
