@@ -370,7 +370,8 @@ mk_timing_stage() {
   local run rc=0
   # The dependency edge alone (no weights): ns per edge by input-vector size and poll form.
   if [ -x "$bin/bench_mk_edges" ]; then
-    timeout --foreground 30 "$tmp/mq-bin/bench_mk_edges" --benchmark_min_time=0.2 2>&1 | sed 's/^/MK EDGES /' || rc=1
+    timeout --foreground 30 "$tmp/mq-bin/bench_mk_edges" --benchmark_min_time=0.2 >"$tmp/mk-edges.txt" 2>&1 || rc=1
+    sed 's/^/MK EDGES /' "$tmp/mk-edges.txt"
   else
     echo "no bench_mk_edges in $gb/bin (build-gpu.sh builds it where Google Benchmark is installed)"
   fi
@@ -379,8 +380,9 @@ mk_timing_stage() {
     IFS=: read -r name dir depth <<<"$run"
     [ -f "$dir/model.safetensors" ] || continue
     MEGAQWEN_DECODE=megakernel timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench --model "$dir" --device cuda \
-      --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 --json "$tmp/mk-timing-$name-d$depth.json" |
-      tee "$tmp/mk-timing.txt" || rc=1
+      --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 --json "$tmp/mk-timing-$name-d$depth.json" \
+      >"$tmp/mk-timing.txt" 2>&1 || rc=1
+    cat "$tmp/mk-timing.txt"
     awk -v w="$name depth $depth" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
     grep -q "stage timing" "$tmp/mk-timing.txt" || { echo "MK TIMING $name depth $depth: no timing report (a build without the slots?)"; rc=1; }
   done

@@ -158,7 +158,7 @@ void add_bench_command(CLI::App& app) {
                   sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty);
     if (a->plan.logprobs >= 0)
       std::printf("decode draws scored: log-probability and %d alternatives per token\n", a->plan.logprobs);
-    // Timing builds only (-DMEGAQWEN_MK_TIMING=1): the megakernel's per-stage wait / work over every
+    // Timing builds only (cmake -DMEGAQWEN_MK_TIMING=ON): the megakernel's per-stage waits and work over every
     // decode step of this run, warm-ups and all depths included.
     const std::string profile = engine->decode_profile();
     if (!profile.empty()) std::printf("\n%s", profile.c_str());
