@@ -26,7 +26,8 @@
 #             bench_engine_state (the prompt cache's save/restore copies on the device) into the log
 #   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
-#             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE)
+#             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
+#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32)
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
 #             Qwen3-0.6B at depths 1 and 4,096, Qwen3.5-0.8B at depth 1
@@ -352,12 +353,18 @@ mk_stage() {
   # optimization buys: the same kernel with one switched back (MEGAQWEN_MK_ABLATE, layout.h).
   mk_bench qwen3-0.6b "$model" 100
   local ab abl=()
-  for ab in 1 2 4 7; do
+  for ab in 1 2 4 8 15; do
     MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout --foreground 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
       --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
       echo "MK BENCH ablate $ab FAILED"
     abl+=("qwen3-0.6b:ablate-$ab:$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json")
   done
+  # Stage C merging the attention splits at every depth (16 of them at 4,096), against the default's
+  # last-split merge past 4 (docs/MEGAKERNEL.md, "Who merges the attention splits").
+  MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_MERGE_SPLITS=32 timeout --foreground 40 "$mq" bench --model "$model" --device cuda \
+    --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-merge-32.json" ||
+    echo "MK BENCH merge-32 FAILED"
+  abl+=("qwen3-0.6b:merge-32:$tmp/mk-bench-qwen3-0.6b-merge-32.json")
   python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "${abl[@]}"
 }
 

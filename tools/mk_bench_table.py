@@ -7,7 +7,7 @@ Usage: mk_bench_table.py --out merged.json MODEL:KERNEL:FILE [MODEL:KERNEL:FILE 
 KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its own column
 (megakernel-topk: Qwen's sampling defaults; megakernel-nucleus: top-p without a top-k;
 megakernel-logprobs: greedy draws scored in the kernel; ablate-N:
-MEGAQWEN_MK_ABLATE=N).
+MEGAQWEN_MK_ABLATE=N; merge-N: MEGAQWEN_MK_MERGE_SPLITS=N).
 
 Prints, per model, a markdown table of decode tok/s by position for both kernels, the speedup, the
 achieved GB/s and the fraction of the floor at the card's datasheet bandwidth (4.8 TB/s for the

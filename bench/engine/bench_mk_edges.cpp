@@ -3,8 +3,12 @@
 // "read the previous round's vector through L2, write this CTA's slice, signal the counter, wait for
 // every CTA's signal"; CUDA events time the launch, and ns_per_edge is that time over the rounds. The
 // vector sizes are a stage's input: none (the edge alone), 1,024 floats (Qwen3-0.6B's residual) and
-// 3,072 (its MLP activation). relaxed_polls: 0 polls with ld.acquire (the default), 1 polls relaxed
-// and fences once (MEGAQWEN_MK_ABLATE bit 4). Without a usable GPU every case reports an error.
+// 3,072 (its MLP activation). form: 0 signals a counter and polls it with ld.acquire (the kernel's
+// default), 1 polls it relaxed and fences once (MEGAQWEN_MK_ABLATE bit 4), 2 has no counter: the
+// vector travels as flagged words that the readers poll themselves (sync.cuh; "floats 0" there is one
+// word per CTA, the least that can carry the edge). Prediction (docs/MEGAKERNEL.md): form 2 takes
+// about one L2 round trip per edge where the counter forms take three. Without a usable GPU every
+// case reports an error.
 //
 //   build/bench/engine/bench_mk_edges
 #include <benchmark/benchmark.h>
@@ -28,13 +32,15 @@ void BM_MegakernelEdge(benchmark::State& state) {
     state.SkipWithError(("no usable GPU: " + why).c_str());
     return;
   }
-  const int n = int(state.range(0));
-  const uint32_t ablate = state.range(1) ? cuda::mk::kAblateRelaxedSpin : 0u;
+  const int form = int(state.range(1));
+  const uint32_t ablate = form == 1 ? cuda::mk::kAblateRelaxedSpin : 0u;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int ctas = prop.multiProcessorCount;
+  const int n = form == 2 && state.range(0) == 0 ? ctas : int(state.range(0));
   cuda::DeviceBuffer<uint32_t> counter(1);
   cuda::DeviceBuffer<float> vec(size_t(2 * (n > 0 ? n : 1)));
+  cuda::DeviceBuffer<uint64_t> words(form == 2 ? size_t(2 * n) : 1);
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
@@ -42,8 +48,10 @@ void BM_MegakernelEdge(benchmark::State& state) {
   for (auto _ : state) {
     CUDA_CHECK(cudaMemset(counter.data(), 0, sizeof(uint32_t)));
     CUDA_CHECK(cudaMemset(vec.data(), 0, vec.bytes()));
+    CUDA_CHECK(cudaMemset(words.data(), 0, words.bytes()));
     CUDA_CHECK(cudaEventRecord(start, nullptr));
-    cuda::mk::launch_edge_probe({counter.data(), vec.data(), n, kEdges, ablate}, ctas, nullptr);
+    cuda::mk::launch_edge_probe({counter.data(), vec.data(), n, kEdges, ablate, form == 2 ? words.data() : nullptr}, ctas,
+                                nullptr);
     CUDA_CHECK(cudaEventRecord(stop, nullptr));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -58,8 +66,8 @@ void BM_MegakernelEdge(benchmark::State& state) {
   state.SetLabel(prop.name);
 }
 BENCHMARK(BM_MegakernelEdge)
-    ->ArgNames({"floats", "relaxed_polls"})
-    ->ArgsProduct({{0, 1024, 3072}, {0, 1}})
+    ->ArgNames({"floats", "form"})
+    ->ArgsProduct({{0, 1024, 3072}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

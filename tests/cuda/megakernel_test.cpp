@@ -123,6 +123,42 @@ TEST(Megakernel, EdgeProbeRunsEveryRound) {
   EXPECT_THROW(cuda::mk::launch_edge_probe({counter.data(), nullptr, 16, 1, 0}, 2, nullptr), Error);
 }
 
+// The flagged form (no counter: the readers poll the words, sync.cuh's load_flagged) runs every round
+// on every CTA too: after E rounds every word of buf[E & 1] holds the value E written in round E; one
+// word per CTA (the edge alone), ragged slices (CTAs without words), and the widest vector. It refuses
+// vectors it cannot hold.
+TEST(Megakernel, FlaggedEdgeProbeRunsEveryRound) {
+  MQ_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  struct Case {
+    int ctas, n, edges;
+  };
+  for (const Case& c : {Case{3, 3, 6}, Case{4, 10, 5}, Case{5, 3, 4}, Case{sms, sms, kEmulatedDevice ? 3 : 200},
+                        Case{sms, cuda::mk::kEdgeProbeMaxFlagged, kEmulatedDevice ? 2 : 50}}) {
+    cuda::DeviceBuffer<uint64_t> words(size_t(2 * c.n));
+    CUDA_CHECK(cudaMemset(words.data(), 0, words.bytes()));
+    cuda::mk::launch_edge_probe({nullptr, nullptr, c.n, c.edges, 0, words.data()}, c.ctas, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string where = std::to_string(c.ctas) + " CTAs, n " + std::to_string(c.n);
+    const auto w = test::download(words);
+    for (int i = 0; i < c.n; ++i) {
+      const uint64_t word = w[size_t((c.edges & 1) * c.n + i)];
+      float v;
+      const uint32_t bits = uint32_t(word);
+      std::memcpy(&v, &bits, 4);
+      ASSERT_EQ(uint32_t(word >> 32), uint32_t(c.edges)) << where << " word " << i << ": round";
+      ASSERT_EQ(v, float(c.edges)) << where << " word " << i << ": value";
+    }
+  }
+  cuda::DeviceBuffer<uint64_t> words(2);
+  EXPECT_THROW(cuda::mk::launch_edge_probe({nullptr, nullptr, 0, 1, 0, words.data()}, 2, nullptr), Error);
+  EXPECT_THROW(cuda::mk::launch_edge_probe({nullptr, nullptr, cuda::mk::kEdgeProbeMaxFlagged + 1, 1, 0, words.data()}, 2,
+                                           nullptr),
+               Error);
+}
+
 TEST(Megakernel, SelectionWinnerInEveryCtaSliceAndAtTheEdges) {
   MQ_REQUIRE_GPU();
   // Emulated: a 4,097-id vocabulary, and the winner in the first two, a middle and the last two slices.
@@ -456,11 +492,12 @@ TEST_F(MegakernelTiny, RepeatedRunsAreBitIdentical) {
 }
 
 // The ablation switches (MEGAQWEN_MK_ABLATE: the conservative fences, acquire polling, refill before
-// the signal) change timing, never results: every combination gives bit-identical logits and tokens.
+// the signal, the merge by the last attention split) change timing, never results: each one and all
+// of them give bit-identical logits and tokens.
 TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
   const auto prompt = random_ids(20, 19);
   MkRun reference;
-  for (int ablate = 0; ablate <= 7; ++ablate) {
+  for (int ablate : {0, 1, 2, 4, 8, 15}) {
     ::setenv("MEGAQWEN_MK_ABLATE", std::to_string(ablate).c_str(), 1);
     cuda::CudaEngine mk(model_, mk_options(512));
     ::unsetenv("MEGAQWEN_MK_ABLATE");
@@ -476,9 +513,43 @@ TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
     EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
         << "MEGAQWEN_MK_ABLATE=" << ablate;
   }
-  ::setenv("MEGAQWEN_MK_ABLATE", "9", 1);
+  ::setenv("MEGAQWEN_MK_ABLATE", "16", 1);
   EXPECT_THROW(cuda::CudaEngine(model_, mk_options(512)), Error);
   ::unsetenv("MEGAQWEN_MK_ABLATE");
+}
+
+// Who merges the attention splits (MEGAQWEN_MK_MERGE_SPLITS: stage C up to that many non-empty
+// splits, else the last split) changes timing, never results: a run that starts merging in stage C
+// and switches mid-launch (1: at the second non-empty split) and one that never merges there (0)
+// give the default's bits; values outside 0..32 are refused with the variable's name.
+TEST_F(MegakernelTiny, MergeSplitsChangeNothingButTiming) {
+  const auto prompt = random_ids(60, 23);
+  MkRun reference;
+  for (const char* merge : {"", "1", "0", "32"}) {
+    if (*merge) ::setenv("MEGAQWEN_MK_MERGE_SPLITS", merge, 1);
+    cuda::CudaEngine mk(model_, mk_options(512));
+    ::unsetenv("MEGAQWEN_MK_MERGE_SPLITS");
+    mk.prefill(prompt);
+    const MkRun run = run_megakernel(mk, 321, 24);  // positions 60..83: the second split of 64 fills
+    if (!*merge) {
+      reference = run;
+      continue;
+    }
+    EXPECT_EQ(run.tokens, reference.tokens) << "MEGAQWEN_MK_MERGE_SPLITS=" << merge;
+    ASSERT_EQ(run.logits.size(), reference.logits.size());
+    EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
+        << "MEGAQWEN_MK_MERGE_SPLITS=" << merge;
+  }
+  for (const char* bad : {"33", "-1", "two"}) {
+    ::setenv("MEGAQWEN_MK_MERGE_SPLITS", bad, 1);
+    try {
+      cuda::CudaEngine mk(model_, mk_options(512));
+      ADD_FAILURE() << "MEGAQWEN_MK_MERGE_SPLITS=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MEGAQWEN_MK_MERGE_SPLITS"), std::string::npos) << e.what();
+    }
+    ::unsetenv("MEGAQWEN_MK_MERGE_SPLITS");
+  }
 }
 
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the

@@ -196,6 +196,32 @@ void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
         EXPECT_LE(attention_chunk(n, splits), (n + splits - 1) / splits + 7) << "n " << n;
       }
     }
+    // Who merges: stage C while at most merge_splits splits hold positions. As n grows through a
+    // launch the answer may turn from stage C to the last split, never back (the counters' per-token
+    // increments are the same either way, but a CTA's view must not flip-flop within a launch), and
+    // the bounds mean what they say: 0 never, kMaxSplits always.
+    for (int merge : {0, 1, 2, kMergeInOProjMaxSplits, kMaxSplits}) {
+      bool was = true;
+      for (int n = 1; n <= 40000; n += n < 2000 ? 1 : 97) {
+        const bool now = merge_in_o_proj(n, splits, merge);
+        ASSERT_EQ(now, attention_used_splits(n, splits) <= merge) << "n " << n;
+        ASSERT_FALSE(now && !was) << "n " << n << ", merge_splits " << merge << ": back to stage C";
+        was = now;
+        if (merge == 0) {
+          ASSERT_FALSE(now);
+        }
+        if (merge == kMaxSplits) {
+          ASSERT_TRUE(now);
+        }
+      }
+    }
+    // The default on the H200's 16 splits of Qwen3-0.6B: stage C merges up to position 256.
+    if (splits == 16) {
+      EXPECT_TRUE(merge_in_o_proj(256, splits, kMergeInOProjMaxSplits));
+      EXPECT_FALSE(merge_in_o_proj(257, splits, kMergeInOProjMaxSplits));
+    }
+    // AttnReady grows by kv_heads * splits per token: a full launch stays far below 2^31.
+    EXPECT_LT(int64_t(kLaunchTokenCap) * C::GROUPS * splits, int64_t(1) << 31);
 
     // Token selection capacity (the runner refuses top-k otherwise; greedy needs none): Qwen3's
     // vocabulary at every CTA count; Qwen3.5's 248,320 ids on the sm_90 parts (64+ CTAs; the 16 / 17

@@ -145,6 +145,7 @@ struct RunSpec {
   SamplingParams sampling = greedy();
   std::vector<int32_t> history; // penalties count these
   uint32_t ablate = 0;
+  int merge_splits = mk::kMergeInOProjMaxSplits;  // Params::merge_splits, as the runner's default
   simt::Options emu;
 };
 
@@ -225,6 +226,7 @@ RunResult run_megakernel(const RunSpec& s) {
   p.pos0 = s.pos0;
   p.max_tokens = s.max_tokens;
   p.splits = mk::attention_splits(s.ctas, C::KV_HEADS);
+  p.merge_splits = s.merge_splits;
   p.vocab = kVocab;
   p.n_eos = int(s.eos.size());
   for (size_t i = 0; i < s.eos.size(); ++i) p.eos[i] = s.eos[i];
@@ -293,7 +295,7 @@ void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done) {
       EXPECT_EQ(get(mk::Counter::QkvReady, l, g), T * uint32_t((C::G + 2) * C::D)) << "layer " << l << " group " << g;
       EXPECT_EQ(get(mk::Counter::AttnTicket, l, g), T * splits) << "layer " << l << " group " << g;
     }
-    EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS)) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;
     EXPECT_EQ(get(mk::Counter::ODone, l), T * uint32_t(ctas)) << "layer " << l;
     EXPECT_EQ(get(mk::Counter::MlpDone, l), T * uint32_t(ctas)) << "layer " << l;
     EXPECT_EQ(get(mk::Counter::DownDone, l), T * uint32_t(ctas)) << "layer " << l;
@@ -335,7 +337,8 @@ int32_t argmax_of(const float* l) {
 }
 
 std::string describe(const RunSpec& s) {
-  return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate);
+  return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate) +
+         ", merge_splits " + std::to_string(s.merge_splits);
 }
 
 // A greedy run of config C, checked whole: it drew every token, each the argmax of the kernel's own
@@ -366,11 +369,14 @@ TEST(SimtMegakernel, GreedyRunsMatchTheCpuEngine) {
 }
 
 // One launch whose attention splits fill up as it goes: 8 CTAs (4 splits per kv head, 64 positions
-// each) from position 110 to 133, so a third split becomes non-empty mid-launch (the empty ones
-// still take their tickets), 24 tokens in a row.
+// each) from position 110 to 133, so a third split becomes non-empty mid-launch, 24 tokens in a row.
+// With merge_splits 2 the merge moves there from stage C to the last split (the empty splits still
+// signal and take their tickets); with the default (4) stage C merges throughout.
 TEST(SimtMegakernel, LongRunAcrossAnAttentionSplitBoundary) {
-  run_and_check_greedy({.ctas = 8, .pos0 = 110, .max_tokens = 24,
+  run_and_check_greedy({.ctas = 8, .pos0 = 110, .max_tokens = 24, .merge_splits = 2,
                         .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 7)});
+  run_and_check_greedy({.ctas = 8, .pos0 = 120, .max_tokens = 12,
+                        .emu = emulation(Order::Forward, Order::Random, CopyTiming::AtIssue, 8)});
 }
 
 // The H200's grid: one CTA per SM, 132 of them, on the tiny shape: CTAs 64.. own no o_proj / down
@@ -395,7 +401,7 @@ TEST(SimtMegakernel, OrdersCopyTimingAndAblationsChangeNothing) {
   RunSpec base{.ctas = 4, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
   const RunResult ref = run_megakernel(base);
   ASSERT_EQ(ref.tokens.size(), 3u);
-  for (uint32_t ablate : {1u, 2u, 4u, 7u}) {
+  for (uint32_t ablate : {1u, 2u, 4u, 7u, 8u, 15u}) {
     RunSpec s = base;
     s.ablate = ablate;
     s.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 10 + ablate);

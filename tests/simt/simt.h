@@ -298,6 +298,15 @@ SIMT_UNINSTRUMENTED inline void atomic_store(uint32_t* p, uint32_t v, MemoryOrde
   detail::note_atomic(p, 4, AtomicKind::Store, order);
   *p = v;
 }
+// 64-bit words (the megakernel's flagged words: value and epoch in one single-copy-atomic access).
+SIMT_UNINSTRUMENTED inline uint64_t atomic_load(const uint64_t* p, MemoryOrder order) {
+  detail::note_atomic(p, 8, AtomicKind::Load, order);
+  return *p;
+}
+SIMT_UNINSTRUMENTED inline void atomic_store(uint64_t* p, uint64_t v, MemoryOrder order) {
+  detail::note_atomic(p, 8, AtomicKind::Store, order);
+  *p = v;
+}
 SIMT_UNINSTRUMENTED inline uint32_t atomic_fetch_add(uint32_t* p, uint32_t v, MemoryOrder order) {
   detail::note_atomic(p, 4, AtomicKind::ReadModifyWrite, order);
   const uint32_t old = *p;

@@ -32,6 +32,11 @@ struct Ctx {
   // Every CTA adds 1 per token to the all-CTA counters: this is the target for token t.
   __device__ uint32_t all_ctas() const { return uint32_t(ctas) * uint32_t(t + 1); }
   __device__ const Part& part(Mat m) const { return sched->part[int(m)]; }
+  // Whether stage C merges this token's attention splits itself (layout.h, merge_in_o_proj): the same
+  // answer on every CTA, from the position alone.
+  __device__ bool o_proj_merges() const {
+    return !(p.ablate & kAblateSplitMerge) && merge_in_o_proj(pos + 1, p.splits, p.merge_splits);
+  }
 
   // Residual stream entering layer l, element i: the token's embedding row for l = 0 (never copied),
   // else x[l] written by stage E of layer l - 1 in this launch (read through L2).

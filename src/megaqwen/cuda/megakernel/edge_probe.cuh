@@ -7,6 +7,11 @@
 // Vectors alternate between two buffers (round e reads buf[e & 1], writes buf[(e + 1) & 1]); the wait
 // that ends round e - 1 orders every read of a buffer before its next write. Each element owner adds 1
 // per round, so after E rounds every element of buf[E & 1] is E (what the test checks).
+// The flagged form (EdgeProbeArgs::words) does the same with flagged words (sync.cuh) and no counter:
+// round e polls buf[e & 1] until every word carries round e, writes its slice of buf[(e + 1) & 1] as
+// (value, e + 1). A CTA can only overwrite buf[e & 1] (in round e + 1) once every CTA wrote round e's
+// words, which each does after its last read of buf[e & 1] (the written values depend on those reads),
+// so two buffers still suffice. After E rounds buf[E & 1] holds (E, E) everywhere.
 #pragma once
 
 #include "megaqwen/cuda/kernels/common.cuh"
@@ -20,6 +25,22 @@ __device__ __forceinline__ void edge_probe_body(const EdgeProbeArgs& a, float* r
   const int ctas = int(gridDim.x), cta = int(blockIdx.x);
   const int per = a.n > 0 ? (a.n + ctas - 1) / ctas : 0;
   const int begin = min(a.n, cta * per), end = min(a.n, begin + per);
+  if (a.words) {
+    constexpr int PER = kEdgeProbeMaxFlagged / kThreads;
+    for (int e = 0; e < a.edges; ++e) {
+      const uint64_t* in = a.words + size_t(e & 1) * size_t(a.n);
+      uint64_t* out = a.words + size_t((e + 1) & 1) * size_t(a.n);
+      uint64_t w[PER];
+      load_flagged<PER>(in, a.n, uint32_t(e), w);
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) s += value_of(w[j]);  // absent words: value 0
+      s = block_sum(s, red);
+      for (int i = begin + threadIdx.x; i < end; i += kThreads)
+        st_relaxed_u64(out + i, flagged_word(value_of(ld_relaxed_u64(in + i)) + (s >= 0.0f ? 1.0f : 2.0f), uint32_t(e + 1)));
+    }
+    return;
+  }
   for (int e = 0; e < a.edges; ++e) {
     if (a.n > 0) {
       const float* in = a.vec + size_t(e & 1) * size_t(a.n);

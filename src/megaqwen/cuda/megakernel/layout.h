@@ -12,7 +12,9 @@
 //   QkvReady[l][g]      layer, group    stage A, rows of group g it      (G+2)*D     stage B (kv head g)
 //                                       wrote (q heads of g, k_g, v_g)
 //   AttnTicket[l][g]    layer, group    stage B, one per split           splits      (ticket: last split merges)
-//   AttnReady[l]        layer           stage B, the merging split       kv_heads    stage C
+//   AttnReady[l]        layer           stage B: every split adds 1      kv_heads    stage C
+//                                       (C merges), or the merging       * splits
+//                                       split adds `splits` (B merged)
 //   ODone[l]            layer           stage C, every CTA once          ctas        stage D
 // Qwen3.5 hybrids use the same counters for both mixers (a group is a kv head of a gated-attention
 // layer, or a key head of a DeltaNet layer with its value heads; counts per token in the stage files):
@@ -66,6 +68,9 @@ constexpr uint32_t kAblateDeferredRefill = 1;  // refill the weight ring before 
 constexpr uint32_t kAblateFences = 2;          // a __threadfence before every release add, ticket and Step store
 constexpr uint32_t kAblateRelaxedSpin = 4;     // poll counters relaxed, then one fence.acq_rel (the first
                                                // default; 5% slower than ld.acquire polls on the H200)
+constexpr uint32_t kAblateSplitMerge = 8;      // the last attention split to arrive merges every token
+                                               // (ticket -> merge -> AttnReady) instead of stage C
+constexpr uint32_t kAblateAll = kAblateDeferredRefill | kAblateFences | kAblateRelaxedSpin | kAblateSplitMerge;
 
 // ---- attention work split ----
 // Splits per kv head for `ctas` CTAs: one (kv head, split) item per CTA.
@@ -94,6 +99,17 @@ MEGAQWEN_MK_HD constexpr AttentionSplit attention_split(int n, int splits, int s
 MEGAQWEN_MK_HD constexpr int attention_used_splits(int n, int splits) {
   const int chunk = attention_chunk(n, splits);
   return (n + chunk - 1) / chunk;
+}
+// Who merges the splits of a token's attention. With at most Params::merge_splits non-empty splits
+// (the default kMergeInOProjMaxSplits: positions up to 256 on the H200's 16 splits of 64), every
+// stage-C CTA merges them itself while loading its input, so the layer has one serial hop fewer
+// (no ticket round trip, no merge by one CTA and no second release-acquire before stage C); with
+// more, each CTA would read `used` times the merged vector from L2, so the last split to arrive
+// merges once and stage C reads the result. n grows through a launch, so a launch may switch from
+// the first form to the second, never back; every CTA decides the same from n alone.
+constexpr int kMergeInOProjMaxSplits = 4;
+MEGAQWEN_MK_HD constexpr bool merge_in_o_proj(int n, int splits, int merge_splits) {
+  return attention_used_splits(n, splits) <= merge_splits;
 }
 
 // ---- DeltaNet work split ----
@@ -210,7 +226,8 @@ struct Params {
   float* x;           // [L + 1, H]  x[l] = residual entering layer l (x[0] unused: the embedding row)
   float* xmid;        // [L, H]      after the attention block
   float* qkv;         // [L, max(Q + 2KV, IN)] raw projections (DeltaNet: q, k, v after conv + SiLU)
-  float* attn;        // [L, max(Q, VD)] merged attention output, or the DeltaNet's o before its norm
+  float* attn;        // [L, max(Q, VD)] merged attention output (written when the last split merges:
+                      // merge_in_o_proj false), or the DeltaNet's o before its norm
   float* act;         // [L, I]      silu(gate) * up
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
@@ -226,6 +243,8 @@ struct Params {
   int pos0;           // its position
   int max_tokens;     // draws at most this many (1..kLaunchTokenCap); step t feeds position pos0 + t
   int splits;         // attention splits per kv head (1..kMaxSplits)
+  int merge_splits;   // stage C merges the splits when at most this many are non-empty (0..kMaxSplits;
+                      // 0: the last split always merges); merge_in_o_proj
   int vocab;
   int n_eos;
   int32_t eos[kMaxEos];

@@ -137,9 +137,12 @@ __global__ void __launch_bounds__(kThreads, 1) edge_probe_kernel(const EdgeProbe
 }
 
 void launch_edge_probe(const EdgeProbeArgs& args, int ctas, cudaStream_t stream) {
-  if (ctas < 1 || args.edges < 0 || args.n < 0 || !args.counter || (args.n > 0 && !args.vec))
+  if (ctas < 1 || args.edges < 0 || args.n < 0 || (!args.words && (!args.counter || (args.n > 0 && !args.vec))))
     throw_error("edge probe: " + std::to_string(ctas) + " CTAs, " + std::to_string(args.edges) + " edges, " +
                 std::to_string(args.n) + " floats (CTAs >= 1, edges and floats >= 0, buffers given)");
+  if (args.words && (args.n < 1 || args.n > kEdgeProbeMaxFlagged))
+    throw_error("edge probe: the flagged form carries 1.." + std::to_string(kEdgeProbeMaxFlagged) + " words, not " +
+                std::to_string(args.n));
   launch_persistent(edge_probe_kernel, ctas, kThreads, 32 * sizeof(float), stream, args);
   CUDA_CHECK_LAUNCH("edge_probe_kernel");
 }

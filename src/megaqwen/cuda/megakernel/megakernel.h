@@ -42,13 +42,17 @@ bool timing_compiled();
 
 // The edge probe (edge_probe.cuh): `edges` rounds of the kernel's all-CTA dependency edge with no
 // weights, each reading the previous round's n-float vector through L2; for bench_mk_edges and its test.
+// The flagged form (words != null) carries the vector as flagged words (sync.cuh: value and round in
+// one 64-bit word) and has no counter: a CTA reads the previous round's words until each carries it.
 struct EdgeProbeArgs {
-  uint32_t* counter = nullptr;  // one counter, zeroed before the launch
-  float* vec = nullptr;         // [2, n], zeroed before the launch (unused when n == 0)
-  int n = 0;                    // floats per vector (0: edges alone)
+  uint32_t* counter = nullptr;  // one counter, zeroed before the launch (counter form)
+  float* vec = nullptr;         // [2, n], zeroed before the launch (counter form; unused when n == 0)
+  int n = 0;                    // floats per vector (0: edges alone; the flagged form needs 1..4,096)
   int edges = 0;                // rounds
   uint32_t ablate = 0;          // sync.cuh's forms (kAblateFences, kAblateRelaxedSpin)
+  uint64_t* words = nullptr;    // [2, n] flagged words, zeroed before the launch: the flagged form
 };
+constexpr int kEdgeProbeMaxFlagged = 4096;  // words per vector in the flagged form (8 per thread)
 // Launches ctas co-resident CTAs of kThreads threads (ctas <= the device's SMs); Error on bad args.
 void launch_edge_probe(const EdgeProbeArgs& args, int ctas, cudaStream_t stream);
 

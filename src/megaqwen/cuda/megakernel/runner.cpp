@@ -84,10 +84,19 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
   if (const char* env = std::getenv("MEGAQWEN_MK_ABLATE"); env && *env) {
     char* end = nullptr;
     const unsigned long v = std::strtoul(env, &end, 0);
-    if (*end != '\0' || v > (kAblateDeferredRefill | kAblateFences | kAblateRelaxedSpin))
-      fail("MEGAQWEN_MK_ABLATE must be a sum of {} (deferred refill), {} (fences), {} (relaxed polls + fence); got '{}'",
-           kAblateDeferredRefill, kAblateFences, kAblateRelaxedSpin, env);
+    if (*end != '\0' || v > kAblateAll)
+      fail("MEGAQWEN_MK_ABLATE must be a sum of {} (deferred refill), {} (fences), {} (relaxed polls + fence), {} "
+           "(the last attention split merges); got '{}'",
+           kAblateDeferredRefill, kAblateFences, kAblateRelaxedSpin, kAblateSplitMerge, env);
     ablate_ = uint32_t(v);
+  }
+  if (const char* env = std::getenv("MEGAQWEN_MK_MERGE_SPLITS"); env && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v > kMaxSplits)
+      fail("MEGAQWEN_MK_MERGE_SPLITS must be 0..{} (stage C merges the attention splits when at most this many "
+           "hold positions); got '{}'", kMaxSplits, env);
+    merge_splits_ = int(v);
   }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
@@ -169,7 +178,7 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
                                       : (shape_.hybrid ? 2 * G + 2 : G + 2) * D;
     const int groups = delta ? shape_.key_heads : shape_.kv_heads;
     const uint32_t ready = delta ? uint32_t(shape_.value_heads * (shape_.value_dim / delta_columns(shape_.value_dim)))
-                                 : uint32_t(shape_.kv_heads);
+                                 : uint32_t(shape_.kv_heads * splits_);
     std::string line;
     auto add = [&line](const char* fmt, unsigned v) {
       char buf[48];
@@ -263,7 +272,8 @@ std::string Megakernel::describe() const {
   return "megakernel " + std::string(info_.name) + ", " + std::to_string(ctas_) + " CTAs x " + std::to_string(kThreads) +
          " threads, " + std::to_string(info_.smem_bytes / 1024) + " KB shared memory (" + std::to_string(info_.stages) +
          " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
-         " attention splits per kv head" + (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
+         " attention splits per kv head (stage C merges up to " + std::to_string(merge_splits_) + ")" +
+         (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
 }
 
 int Megakernel::run(int pos, const RunRequest& req, const TokenSink& on_token) {
@@ -380,6 +390,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.pos0 = pos;
   p.max_tokens = max_tokens;
   p.splits = splits_;
+  p.merge_splits = merge_splits_;
   p.vocab = vocab_;
   p.n_eos = int(req.eos_ids.size());
   for (size_t i = 0; i < req.eos_ids.size(); ++i) p.eos[i] = req.eos_ids[i];

@@ -131,6 +131,7 @@ class Megakernel {
   std::unique_ptr<LogprobRecord[], FreeHost> records_host_;  // [kLaunchTokenCap], mapped; first logprob run
   LogprobRecord* records_dev_ = nullptr;
   int splits_ = 1;
+  int merge_splits_ = kMergeInOProjMaxSplits;  // Params::merge_splits (MEGAQWEN_MK_MERGE_SPLITS)
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint64_t timed_tokens_ = 0;
   uint64_t launches_ = 0;

@@ -1,5 +1,6 @@
 // Stage B: QK-norm + RoPE on load, KV append, attention split over (kv head, chunk of positions),
-// the log-sum-exp merge done by the last split of each kv head to arrive (flash-decoding).
+// the log-sum-exp merge done by stage C's CTAs (few splits) or by the last split of each kv head to
+// arrive (flash-decoding).
 //   work:    item = (kv head g, split s), items kv_heads * splits over the CTAs (item i on CTA i mod
 //            ctas); split s covers positions [s * chunk, min(n, (s + 1) * chunk)), n = pos + 1,
 //            chunk = max(kMinAttnChunk, ceil(n / splits)) rounded up to 8
@@ -12,8 +13,11 @@
 //   bytes:   KV cache 2 * n * D * 2 per kv head per layer (0.6B: 114,688 B per position over all
 //            layers); partials G * (D + 2) * 4 per split
 //   waits:   QkvReady[l][g] >= (t + 1) * (G + 2) * D (non-empty splits only)
-//   signals: AttnTicket[l][g] += 1 per split (acq_rel ticket); the last one (ticket == (t + 1) *
-//            splits - 1) merges and adds 1 to AttnReady[l] (release)
+//   signals: when stage C merges (Ctx::o_proj_merges: few non-empty splits), every split adds 1 to
+//            AttnReady[l] (release) and 1 to AttnTicket[l][g] (kept counting splits); otherwise each
+//            split takes an AttnTicket[l][g] ticket (acq_rel) and the last one (ticket == (t + 1) *
+//            splits - 1) merges and adds `splits` to AttnReady[l] (release): per token AttnReady[l]
+//            grows by kv_heads * splits either way
 // Inside a CTA: 32 half-warps each stream positions (16 lanes x 16 bytes = one 128-dim bf16 row),
 // two positions per step so 4 row loads per lane are in flight, online softmax in the log2 domain;
 // the two halves of a warp merge by shuffle, the 16 warps through shared memory.
@@ -67,6 +71,53 @@ __device__ __forceinline__ void qk_norm_rope_warp(float v[D / 32], const float* 
     }
     __syncwarp();  // the row is rewritten next (q scaled into it, or another head)
   }
+}
+
+// The log-sum-exp merge of the first `used` splits' partials (m, l, o) of one head, elements d..d+3:
+// the maximum m, then sum(o * 2^(m - M)) / sum(l * 2^(m - M)) in split order (Qwen3.5: times
+// sigmoid(gate)). Both mergers (the last split, stage C) call this: the same bits either way. Up to 4
+// splits every load is issued before the first use (one L2 round trip); more take two per 4 splits.
+template <class C>
+__device__ __forceinline__ float4 merge_splits4(const Params& p, int l, int head, int d, int used) {
+  constexpr int D = C::D, B = 4;
+  const size_t slot0 = (size_t(l) * C::HEADS + head) * kMaxSplits;
+  const float* ml = p.partial_ml + 2 * slot0;
+  const float* po = p.partial_o + slot0 * D + d;
+  float M = -INFINITY, L = 0.0f;
+  float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto add = [&](float ms, float ls, float4 os) {
+    if (ms == -INFINITY) return;  // an empty split (none among the used ones; kept for safety)
+    const float wt = exp2f(ms - M);
+    L = fmaf(ls, wt, L);
+    O = make_float4(fmaf(os.x, wt, O.x), fmaf(os.y, wt, O.y), fmaf(os.z, wt, O.z), fmaf(os.w, wt, O.w));
+  };
+  if (used <= B) {
+    float ms[B], ls[B];
+    float4 os[B];
+#pragma unroll
+    for (int s = 0; s < B; ++s) {
+      ms[s] = s < used ? __ldcg(ml + 2 * s) : -INFINITY;
+      ls[s] = s < used ? __ldcg(ml + 2 * s + 1) : 0.0f;
+      os[s] = s < used ? __ldcg(reinterpret_cast<const float4*>(po + size_t(s) * D)) : O;
+    }
+#pragma unroll
+    for (int s = 0; s < B; ++s) M = fmaxf(M, ms[s]);
+#pragma unroll
+    for (int s = 0; s < B; ++s) add(ms[s], ls[s], os[s]);
+  } else {
+    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(ml + 2 * s));
+    for (int s = 0; s < used; ++s)
+      add(__ldcg(ml + 2 * s), __ldcg(ml + 2 * s + 1), __ldcg(reinterpret_cast<const float4*>(po + size_t(s) * D)));
+  }
+  float4 out = make_float4(O.x / L, O.y / L, O.z / L, O.w / L);
+  if constexpr (C::kHybrid) {  // the output gate, read from the projection's gate rows
+    const float4 gate = __ldcg(reinterpret_cast<const float4*>(p.qkv + size_t(l) * C::kQkvRowFloats + C::Q + head * D + d));
+    out.x *= 1.0f / (1.0f + expf(-gate.x));
+    out.y *= 1.0f / (1.0f + expf(-gate.y));
+    out.z *= 1.0f / (1.0f + expf(-gate.z));
+    out.w *= 1.0f / (1.0f + expf(-gate.w));
+  }
+  return out;
 }
 
 template <class C>
@@ -220,6 +271,11 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
     }
   }
 
+  if (c.o_proj_merges()) {  // stage C reads the partials: no ticket to wait for
+    signal_add(c.counter(Counter::AttnReady, l), 1u, c.p.ablate);
+    if (threadIdx.x == 0) release_add(c.counter(Counter::AttnTicket, l, g), 1u, c.p.ablate);
+    return;
+  }
   // Ticket: the last split of (l, g) to arrive merges all non-empty splits into attn[l].
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -229,27 +285,12 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   __syncthreads();
   if (!c.flags[0]) return;
   const int used = attention_used_splits(n, c.p.splits);  // non-empty splits
-  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
-    const int h = idx / D, d = idx % D;
-    const size_t slot0 = (size_t(l) * C::HEADS + g * G + h) * kMaxSplits;
-    float M = -INFINITY;
-    for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(c.p.partial_ml + 2 * (slot0 + s)));
-    float L = 0.0f, O = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float ms = __ldcg(c.p.partial_ml + 2 * (slot0 + s));
-      if (ms == -INFINITY) continue;
-      const float wt = exp2f(ms - M);
-      L = fmaf(__ldcg(c.p.partial_ml + 2 * (slot0 + s) + 1), wt, L);
-      O = fmaf(__ldcg(c.p.partial_o + (slot0 + s) * D + d), wt, O);
-    }
-    float out = O / L;
-    if constexpr (C::kHybrid) {  // the output gate, read from the projection's gate rows
-      const float gate = __ldcg(c.p.qkv + size_t(l) * C::kQkvRowFloats + C::Q + (g * G + h) * D + d);
-      out *= 1.0f / (1.0f + expf(-gate));
-    }
-    __stcg(c.p.attn + size_t(l) * C::kAttnRowFloats + (g * G + h) * D + d, out);
+  for (int idx = 4 * int(threadIdx.x); idx < G * D; idx += 4 * kThreads) {
+    const int head = g * G + idx / D;
+    __stcg(reinterpret_cast<float4*>(c.p.attn + size_t(l) * C::kAttnRowFloats + head * D + idx % D),
+           merge_splits4<C>(c.p, l, head, idx % D, used));
   }
-  signal_add(c.counter(Counter::AttnReady, l), 1u, c.p.ablate);
+  signal_add(c.counter(Counter::AttnReady, l), uint32_t(c.p.splits), c.p.ablate);
 }
 
 template <class C>

@@ -62,6 +62,13 @@ __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
 __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   return simt::atomic_fetch_add(p, v, release_order(simt::MemoryOrder::AcqRel));
 }
+__device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t* p) {
+  simt::poll("ld.relaxed.u64");
+  return simt::atomic_load(p, simt::MemoryOrder::Relaxed);
+}
+__device__ __forceinline__ void st_relaxed_u64(uint64_t* p, uint64_t v) {
+  simt::atomic_store(p, v, simt::MemoryOrder::Relaxed);
+}
 #else
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;
@@ -85,7 +92,18 @@ __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
+// Naturally aligned 64-bit scalar accesses are single-copy atomic (PTX memory model): a reader sees
+// a flagged word's value and epoch from the same store.
+__device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed_u64(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 #endif
+
 
 __device__ __forceinline__ void nanosleep_hint() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
@@ -128,6 +146,39 @@ __device__ __forceinline__ void signal_add(uint32_t* counter, uint32_t amount, u
 __device__ __forceinline__ uint32_t take_ticket(uint32_t* counter, uint32_t ablate = 0) {
   if (ablate & kAblateFences) __threadfence();
   return atom_add_acq_rel(counter, 1u);
+}
+
+// Flagged words (the LL protocol of NCCL): a 32-bit value and the epoch (round, token) that wrote it,
+// in one 64-bit word. A reader polls the data itself until every word it needs carries the epoch it
+// expects: no counter to poll first, no release before the signal, so one L2 round trip per edge
+// instead of the store drain, the counter's and the data's. Costs twice the bytes of the vector.
+__device__ __forceinline__ uint64_t flagged_word(float v, uint32_t epoch) {
+  return uint64_t(__float_as_uint(v)) | (uint64_t(epoch) << 32);
+}
+__device__ __forceinline__ uint32_t flag_of(uint64_t w) { return uint32_t(w >> 32); }
+__device__ __forceinline__ float value_of(uint64_t w) { return __uint_as_float(uint32_t(w)); }
+
+// Thread-level: loads the words src[i], i = threadIdx.x + j * kThreads (j < PER, i < n), into w,
+// polling each until it carries `epoch`. All of a thread's loads are in flight at once; only the
+// words not yet written are loaded again.
+template <int PER>
+__device__ __forceinline__ void load_flagged(const uint64_t* src, int n, uint32_t epoch, uint64_t (&w)[PER]) {
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = int(threadIdx.x) + j * kThreads;
+    w[j] = i < n ? ld_relaxed_u64(src + i) : (uint64_t(epoch) << 32);
+  }
+  for (int spins = 0;; ++spins) {
+    bool ready = true;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      if (flag_of(w[j]) == epoch) continue;
+      ready = false;
+      w[j] = ld_relaxed_u64(src + threadIdx.x + j * kThreads);
+    }
+    if (ready) return;
+    if (spins > 64) nanosleep_hint();
+  }
 }
 
 // Per-stage timing (MEGAQWEN_MK_TIMING=1): %globaltimer in ns, thread 0, summed per CTA and stage.
