@@ -106,7 +106,8 @@ MEGAQWEN_MK_HD constexpr int attention_used_splits(int n, int splits) {
 // (no ticket round trip, no merge by one CTA and no second release-acquire before stage C); with
 // more, each CTA would read `used` times the merged vector from L2, so the last split to arrive
 // merges once and stage C reads the result. n grows through a launch, so a launch may switch from
-// the first form to the second, never back; every CTA decides the same from n alone.
+// the first form to the second, never back; every CTA decides the same from n alone. Qwen3.5 hybrids
+// always take the second (Ctx::o_proj_merges: register pressure).
 constexpr int kMergeInOProjMaxSplits = 4;
 MEGAQWEN_MK_HD constexpr bool merge_in_o_proj(int n, int splits, int merge_splits) {
   return attention_used_splits(n, splits) <= merge_splits;
