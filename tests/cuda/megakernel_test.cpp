@@ -491,6 +491,13 @@ TEST_F(MegakernelTiny, RepeatedRunsAreBitIdentical) {
   EXPECT_EQ(e.tokens, f.tokens);
 }
 
+// Two runs of the same steps drew the same tokens from bit-identical logits (`what` names the variant).
+void expect_same_bits(const MkRun& run, const MkRun& reference, const std::string& what) {
+  EXPECT_EQ(run.tokens, reference.tokens) << what;
+  ASSERT_EQ(run.logits.size(), reference.logits.size()) << what;
+  EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0) << what;
+}
+
 // The ablation switches (MEGAQWEN_MK_ABLATE: the conservative fences, acquire polling, refill before
 // the signal, the merge by the last attention split) change timing, never results: each one and all
 // of them give bit-identical logits and tokens.
@@ -508,10 +515,7 @@ TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
       reference = run;
       continue;
     }
-    EXPECT_EQ(run.tokens, reference.tokens) << "MEGAQWEN_MK_ABLATE=" << ablate;
-    ASSERT_EQ(run.logits.size(), reference.logits.size());
-    EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
-        << "MEGAQWEN_MK_ABLATE=" << ablate;
+    expect_same_bits(run, reference, "MEGAQWEN_MK_ABLATE=" + std::to_string(ablate));
   }
   ::setenv("MEGAQWEN_MK_ABLATE", "16", 1);
   EXPECT_THROW(cuda::CudaEngine(model_, mk_options(512)), Error);
@@ -535,10 +539,7 @@ TEST_F(MegakernelTiny, MergeSplitsChangeNothingButTiming) {
       reference = run;
       continue;
     }
-    EXPECT_EQ(run.tokens, reference.tokens) << "MEGAQWEN_MK_MERGE_SPLITS=" << merge;
-    ASSERT_EQ(run.logits.size(), reference.logits.size());
-    EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
-        << "MEGAQWEN_MK_MERGE_SPLITS=" << merge;
+    expect_same_bits(run, reference, std::string("MEGAQWEN_MK_MERGE_SPLITS=") + merge);
   }
   for (const char* bad : {"33", "-1", "two"}) {
     ::setenv("MEGAQWEN_MK_MERGE_SPLITS", bad, 1);

@@ -272,7 +272,8 @@ std::string Megakernel::describe() const {
   return "megakernel " + std::string(info_.name) + ", " + std::to_string(ctas_) + " CTAs x " + std::to_string(kThreads) +
          " threads, " + std::to_string(info_.smem_bytes / 1024) + " KB shared memory (" + std::to_string(info_.stages) +
          " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
-         " attention splits per kv head (stage C merges up to " + std::to_string(merge_splits_) + ")" +
+         " attention splits per kv head" +
+         (shape_.hybrid ? std::string() : " (stage C merges up to " + std::to_string(merge_splits_) + ")") +
          (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
 }
 
