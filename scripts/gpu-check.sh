@@ -27,10 +27,11 @@
 #   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
-#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32)
+#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32) and the flagged vectors
+#             (MEGAQWEN_MK_VECTORS=flagged)
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
-#             Qwen3-0.6B at depths 1 and 4,096, Qwen3.5-0.8B at depth 1
+#             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors), Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
@@ -365,6 +366,21 @@ mk_stage() {
     --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-merge-32.json" ||
     echo "MK BENCH merge-32 FAILED"
   abl+=("qwen3-0.6b:merge-32:$tmp/mk-bench-qwen3-0.6b-merge-32.json")
+  # x, xmid and act as flagged words polled by their readers, against the all-CTA counters (the
+  # default; docs/MEGAKERNEL.md, "Flagged vectors"), on both model families.
+  MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=flagged timeout --foreground 40 "$mq" bench --model "$model" --device cuda \
+    --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-flagged.json" ||
+    echo "MK BENCH flagged FAILED"
+  abl+=("qwen3-0.6b:flagged:$tmp/mk-bench-qwen3-0.6b-flagged.json")
+  [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || true
+  if [ -f "$hybrid_model/model.safetensors" ]; then
+    for k in counters flagged; do
+      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$k timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
+        --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
+        --json "$tmp/mk-bench-qwen3.5-0.8b-$k.json" || echo "MK BENCH qwen3.5-0.8b $k FAILED"
+      abl+=("qwen3.5-0.8b:$k:$tmp/mk-bench-qwen3.5-0.8b-$k.json")
+    done
+  fi
   python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "${abl[@]}"
 }
 
@@ -383,14 +399,15 @@ mk_timing_stage() {
     echo "no bench_mk_edges in $gb/bin (build-gpu.sh builds it where Google Benchmark is installed)"
   fi
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
-  for run in "qwen3-0.6b:$model:1" "qwen3-0.6b:$model:4096" "qwen3.5-0.8b:$hybrid_model:1"; do
-    IFS=: read -r name dir depth <<<"$run"
+  for run in "qwen3-0.6b:$model:1:counters" "qwen3-0.6b:$model:1:flagged" "qwen3-0.6b:$model:4096:counters" \
+    "qwen3.5-0.8b:$hybrid_model:1:counters"; do
+    IFS=: read -r name dir depth vectors <<<"$run"
     [ -f "$dir/model.safetensors" ] || continue
-    MEGAQWEN_DECODE=megakernel timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench --model "$dir" --device cuda \
-      --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 --json "$tmp/mk-timing-$name-d$depth.json" \
-      >"$tmp/mk-timing.txt" 2>&1 || rc=1
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench \
+      --model "$dir" --device cuda --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 \
+      --json "$tmp/mk-timing-$name-d$depth-$vectors.json" >"$tmp/mk-timing.txt" 2>&1 || rc=1
     cat "$tmp/mk-timing.txt"
-    awk -v w="$name depth $depth" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
+    awk -v w="$name depth $depth $vectors" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
     grep -q "stage timing" "$tmp/mk-timing.txt" || { echo "MK TIMING $name depth $depth: no timing report (a build without the slots?)"; rc=1; }
   done
   return $rc
@@ -428,7 +445,7 @@ stage tests 180 tests_stage
 stage cli 60 cli_stage
 stage verify 90 verify_stage
 stage bench 60 bench_stage
-stage mk 120 mk_stage
+stage mk 150 mk_stage
 stage mk-timing 90 mk_timing_stage
 stage memcheck 240 memcheck_stage
 stage mk-sizes 300 mk_sizes_stage

@@ -553,6 +553,48 @@ TEST_F(MegakernelTiny, MergeSplitsChangeNothingButTiming) {
   }
 }
 
+// Flagged vectors (MEGAQWEN_MK_VECTORS=flagged: x, xmid and act carry their token's epoch, the readers
+// poll the words instead of the all-CTA counters) change timing, never results. Two launches in a row
+// on one engine: the second's epochs start at 1 again, so it is right only because the words are zeroed
+// before each launch. Greedy and filtered sampling with penalties; bad values are refused by name.
+TEST_F(MegakernelTiny, FlaggedVectorsChangeNothingButTiming) {
+  const auto prompt = random_ids(30, 29);
+  SamplingParams filtered;
+  filtered.temperature = 0.8f;
+  filtered.top_k = 20;
+  filtered.top_p = 0.9f;
+  filtered.repetition_penalty = 1.1f;
+  filtered.seed = 3;
+  std::vector<MkRun> reference;
+  for (const char* vectors : {"", "counters", "flagged"}) {
+    if (*vectors) ::setenv("MEGAQWEN_MK_VECTORS", vectors, 1);
+    cuda::CudaEngine mk(model_, mk_options(512));
+    ::unsetenv("MEGAQWEN_MK_VECTORS");
+    EXPECT_EQ(mk.megakernel()->flagged_vectors(), std::string(vectors) == "flagged");
+    mk.prefill(prompt);
+    std::vector<MkRun> runs;
+    runs.push_back(run_megakernel(mk, 321, 20));
+    runs.push_back(run_megakernel(mk, runs[0].tokens.back(), 20));
+    runs.push_back(run_megakernel(mk, runs[1].tokens.back(), 12, filtered, prompt));
+    if (!*vectors) {
+      reference = runs;
+      continue;
+    }
+    for (size_t i = 0; i < runs.size(); ++i)
+      expect_same_bits(runs[i], reference[i], std::string("MEGAQWEN_MK_VECTORS=") + vectors + ", launch " + std::to_string(i));
+  }
+  for (const char* bad : {"flag", "1", "COUNTERS"}) {
+    ::setenv("MEGAQWEN_MK_VECTORS", bad, 1);
+    try {
+      cuda::CudaEngine mk(model_, mk_options(512));
+      ADD_FAILURE() << "MEGAQWEN_MK_VECTORS=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MEGAQWEN_MK_VECTORS"), std::string::npos) << e.what();
+    }
+    ::unsetenv("MEGAQWEN_MK_VECTORS");
+  }
+}
+
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the
 // logits agree: compare each step's draw with the per-op sampler on the megakernel's own logits' key.
 TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {

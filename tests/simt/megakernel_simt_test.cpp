@@ -146,6 +146,7 @@ struct RunSpec {
   std::vector<int32_t> history; // penalties count these
   uint32_t ablate = 0;
   int merge_splits = mk::kMergeInOProjMaxSplits;  // Params::merge_splits, as the runner's default
+  bool flagged = false;  // x, xmid and act as flagged words (Params::x_words; MEGAQWEN_MK_VECTORS=flagged)
   simt::Options emu;
 };
 
@@ -189,6 +190,11 @@ RunResult run_megakernel(const RunSpec& s) {
       cand_n(size_t(s.ctas), -7), counts(V, 0);
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
   std::vector<uint32_t> counters(size_t(lay.words()), 0);
+  // Flagged words as the runner leaves them before a launch (epoch 0), with NaN values: a word taken
+  // before its token's store shows in the logits. The float vectors stay NaN: never read then.
+  const uint64_t stale = mk::flagged_word(nan, 0);
+  std::vector<uint64_t> x_words(s.flagged ? (L + 1) * H : 0, stale), xmid_words(s.flagged ? L * H : 0, stale),
+      act_words(s.flagged ? L * I : 0, stale);
   // The cache: noise below pos0, bf16 NaN (0xffff) elsewhere, so a read of an unwritten row shows.
   std::vector<uint16_t> k_cache(L * kContext * KV, 0xffff), v_cache(L * kContext * KV, 0xffff);
   if (s.pos0 > 0) fill_noise_like_cpu<C>(k_cache, v_cache, s.pos0);
@@ -214,6 +220,9 @@ RunResult run_megakernel(const RunSpec& s) {
   p.qkv = qkv.data();
   p.attn = attn.data();
   p.act = act.data();
+  p.x_words = s.flagged ? x_words.data() : nullptr;
+  p.xmid_words = s.flagged ? xmid_words.data() : nullptr;
+  p.act_words = s.flagged ? act_words.data() : nullptr;
   p.partial_o = partial_o.data();
   p.partial_ml = partial_ml.data();
   p.best_v = best_v.data();
@@ -284,9 +293,10 @@ RunResult run_megakernel(const RunSpec& s) {
   return r;
 }
 
-// Every counter equals its per-token increment times the tokens run (layout.h's table).
+// Every counter equals its per-token increment times the tokens run (layout.h's table); with flagged
+// vectors the all-CTA counters after C, D and E stay at 0.
 template <class C = Tiny>
-void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done) {
+void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bool flagged = false) {
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
   const uint32_t T = uint32_t(tokens_run), splits = uint32_t(mk::attention_splits(ctas, C::KV_HEADS));
   auto get = [&](mk::Counter c, int l = 0, int g = 0) { return r.counters[size_t(lay.slot(c, l, g))]; };
@@ -296,9 +306,10 @@ void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done) {
       EXPECT_EQ(get(mk::Counter::AttnTicket, l, g), T * splits) << "layer " << l << " group " << g;
     }
     EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;
-    EXPECT_EQ(get(mk::Counter::ODone, l), T * uint32_t(ctas)) << "layer " << l;
-    EXPECT_EQ(get(mk::Counter::MlpDone, l), T * uint32_t(ctas)) << "layer " << l;
-    EXPECT_EQ(get(mk::Counter::DownDone, l), T * uint32_t(ctas)) << "layer " << l;
+    const uint32_t all = flagged ? 0u : T * uint32_t(ctas);
+    EXPECT_EQ(get(mk::Counter::ODone, l), all) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::MlpDone, l), all) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::DownDone, l), all) << "layer " << l;
   }
   EXPECT_EQ(get(mk::Counter::LmTicket), T * uint32_t(ctas));
   EXPECT_EQ(get(mk::Counter::Step), T);
@@ -338,7 +349,7 @@ int32_t argmax_of(const float* l) {
 
 std::string describe(const RunSpec& s) {
   return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate) +
-         ", merge_splits " + std::to_string(s.merge_splits);
+         ", merge_splits " + std::to_string(s.merge_splits) + (s.flagged ? ", flagged vectors" : "");
 }
 
 // A greedy run of config C, checked whole: it drew every token, each the argmax of the kernel's own
@@ -353,7 +364,7 @@ void run_and_check_greedy(const RunSpec& s) {
     EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
   EXPECT_EQ(r.finished, 1);
   EXPECT_TRUE(r.cache_outside_untouched);
-  expect_counters<C>(r, s.ctas, s.max_tokens, true);
+  expect_counters<C>(r, s.ctas, s.max_tokens, true, s.flagged);
   expect_logits_match_cpu<C>(s, r);
 }
 
@@ -410,6 +421,56 @@ TEST(SimtMegakernel, OrdersCopyTimingAndAblationsChangeNothing) {
     EXPECT_EQ(r.tokens, ref.tokens);
     EXPECT_EQ(std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
   }
+}
+
+// Flagged vectors (MEGAQWEN_MK_VECTORS=flagged): x, xmid and act carry their token's epoch and the
+// readers poll the words instead of the all-CTA counters. Only the synchronization changes, so the
+// bits are those of the counter runs (with every ablation too).
+TEST(SimtMegakernel, FlaggedVectorsChangeNothingButTiming) {
+  RunSpec base{.ctas = 4, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult ref = run_megakernel(base);
+  ASSERT_EQ(ref.tokens.size(), 3u);
+  for (uint32_t ablate : {0u, 15u}) {
+    RunSpec s = base;
+    s.flagged = true;
+    s.ablate = ablate;
+    s.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 40 + ablate);
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    EXPECT_EQ(r.tokens, ref.tokens);
+    EXPECT_EQ(std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
+    expect_counters(r, s.ctas, 3, true, true);
+  }
+}
+
+// Whole greedy runs with flagged vectors. The 4B width polls act (9,728 floats: 19 words per thread)
+// in batches of 8. Every thread of a waiting CTA polls, so the emulator spends its time switching
+// between pollers (~20 s here, ~150 s under the race checker); the race build runs the tiny shape
+// instead, whose synchronization is the same.
+TEST(SimtMegakernel, FlaggedVectorsGreedyRuns) {
+#if defined(SIMT_RACE_CHECK)
+  run_and_check_greedy({.ctas = 5, .pos0 = 60, .max_tokens = 6, .flagged = true,
+                        .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 44)});
+#else
+  run_and_check_greedy<Wide4B>({.ctas = 6, .pos0 = 70, .max_tokens = 2, .flagged = true,
+                                .emu = emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 45)});
+#endif
+}
+
+// With the epoch check taken out (fault injection) a reader takes the launch's stale words (NaN) and
+// the run shows it: the check is what the protocol rests on, and these tests would see it missing.
+TEST(SimtMegakernel, FlaggedVectorsNeedTheirEpochCheck) {
+  RunSpec base{.ctas = 4, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult ref = run_megakernel(base);
+  RunSpec broken = base;
+  broken.flagged = true;
+  broken.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 46);
+  mk::g_sync_faults = mk::kFaultIgnoreEpoch;
+  const RunResult r = run_megakernel(broken);
+  mk::g_sync_faults = 0;
+  bool same = r.tokens == ref.tokens && r.logits.size() == ref.logits.size() &&
+              std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4) == 0;
+  EXPECT_FALSE(same) << "a run that ignores the epochs computed the right logits: the test would not see a broken poll";
 }
 
 // The Gumbel-max draw select_value makes (temperature, then Gumbel(seed, step, id) noise), computed on

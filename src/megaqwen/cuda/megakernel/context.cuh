@@ -41,11 +41,41 @@ struct Ctx {
     else return !(p.ablate & kAblateSplitMerge) && merge_in_o_proj(pos + 1, p.splits, p.merge_splits);
   }
 
+  // The vectors every CTA reads whole (x, xmid, act) as flagged words (layout.h, Params::x_words):
+  // a reader polls the data for this token's epoch instead of an all-CTA counter.
+  __device__ bool flagged() const { return p.x_words != nullptr; }
+  __device__ uint32_t epoch() const { return uint32_t(t) + 1u; }  // 0: the words zeroed at launch
+
   // Residual stream entering layer l, element i: the token's embedding row for l = 0 (never copied),
   // else x[l] written by stage E of layer l - 1 in this launch (read through L2).
   __device__ float residual(int l, int i) const {
     if (l == 0) return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p.embed) + size_t(token) * C::H + i)) << 16);
+    if (flagged()) return load_flagged_value(p.x_words + size_t(l) * C::H + i, epoch());
     return __ldcg(p.x + size_t(l) * C::H + i);
+  }
+  __device__ float xmid_at(int l, int i) const {
+    if (flagged()) return load_flagged_value(p.xmid_words + size_t(l) * C::H + i, epoch());
+    return __ldcg(p.xmid + size_t(l) * C::H + i);
+  }
+  // The stores of x[l] (stage E of layer l - 1), xmid[l] (C) and act[l] (D), element i.
+  __device__ void store_x(int l, int i, float v) const {
+    if (flagged()) store_flagged(p.x_words + size_t(l) * C::H + i, v, epoch());
+    else __stcg(p.x + size_t(l) * C::H + i, v);
+  }
+  __device__ void store_xmid(int l, int i, float v) const {
+    if (flagged()) store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
+    else __stcg(p.xmid + size_t(l) * C::H + i, v);
+  }
+  __device__ void store_act(int l, int i, float v) const {
+    if (flagged()) store_flagged(p.act_words + size_t(l) * C::I + i, v, epoch());
+    else __stcg(p.act + size_t(l) * C::I + i, v);
+  }
+  // Stages C, D and E end here: every CTA adds 1 to the all-CTA counter its readers wait on. With
+  // flagged vectors nobody waits on it (the data carries its epoch), so only the barrier stays: the
+  // next stage overwrites the shared memory this one read.
+  __device__ void signal_all_ctas(Counter counter_id, int l) const {
+    if (flagged()) __syncthreads();
+    else signal_add(counter(counter_id, l), 1u, p.ablate);
   }
 };
 

@@ -24,6 +24,8 @@
 //   ODone[l]            DeltaNet: stage C' (gated norm + out_proj), every CTA once
 //   MlpDone[l]          layer           stage D, every CTA once          ctas        stage E
 //   DownDone[l]         layer           stage E, every CTA once          ctas        stage A of l+1, LM head
+//   (ODone, MlpDone and DownDone stay at 0 with flagged vectors, Params::x_words: the data carries
+//   its own epoch and the readers poll it)
 //   LmTicket            -               LM head, every CTA once          ctas        (ticket: last CTA selects)
 //   Step                -               the selecting CTA: = t + 1       1           every CTA, next token
 //   Done / StopSeen     -               flags (0/1), not counters
@@ -230,6 +232,15 @@ struct Params {
   float* attn;        // [L, max(Q, VD)] merged attention output (written when the last split merges:
                       // merge_in_o_proj false), or the DeltaNet's o before its norm
   float* act;         // [L, I]      silu(gate) * up
+  // Flagged vectors (MEGAQWEN_MK_VECTORS=flagged; null: off, the floats above and the counters): x,
+  // xmid and act as 64-bit words that each hold a value and the epoch (t + 1) of the token that wrote
+  // it (sync.cuh, flagged_word), zeroed before each launch. Their readers poll the words themselves
+  // instead of waiting on ODone / MlpDone / DownDone, which then stay at 0: one L2 round trip per
+  // edge instead of the release's store drain, the counter's poll and the data's load. x, xmid and
+  // act above are then neither written nor read.
+  uint64_t* x_words;     // [L + 1, H]
+  uint64_t* xmid_words;  // [L, H]
+  uint64_t* act_words;   // [L, I]
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
   float* best_v;      // [ctas]      per-CTA best transformed logit

@@ -98,6 +98,13 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
            "hold positions); got '{}'", kMaxSplits, env);
     merge_splits_ = int(v);
   }
+  if (const char* env = std::getenv("MEGAQWEN_MK_VECTORS"); env && *env) {
+    const std::string v = env;
+    if (v != "counters" && v != "flagged")
+      fail("MEGAQWEN_MK_VECTORS must be 'counters' (x, xmid and act waited for on all-CTA counters) or "
+           "'flagged' (the words carry their token's epoch and the readers poll them); got '{}'", env);
+    flagged_ = v == "flagged";
+  }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
   const bool hybrid = c.is_hybrid();
@@ -120,6 +127,11 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
   qkv_.resize(L * qkv_rows);
   attn_.resize(L * attn_rows);
   act_.resize(L * I);
+  if (flagged_) {
+    x_words_.resize((L + 1) * H);
+    xmid_words_.resize(L * H);
+    act_words_.resize(L * I);
+  }
   partial_o_.resize(L * heads * size_t(kMaxSplits) * D);
   partial_ml_.resize(L * heads * size_t(kMaxSplits) * 2);
   best_v_.resize(size_t(ctas_));
@@ -199,6 +211,7 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
     add(", MlpDone %u", get(Counter::MlpDone, l));
     add(", DownDone %u", get(Counter::DownDone, l));
     add(" /%u", T * uint32_t(ctas_));
+    if (flagged_) line += " (flagged vectors: ODone, MlpDone and DownDone are not used)";
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   return 2;
@@ -274,6 +287,7 @@ std::string Megakernel::describe() const {
          " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
          " attention splits per kv head" +
          (shape_.hybrid ? std::string() : " (stage C merges up to " + std::to_string(merge_splits_) + ")") +
+         (flagged_ ? ", flagged vectors" : "") +
          (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
 }
 
@@ -364,6 +378,9 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   // The only per-launch preparation: zero the counters (they then count up across all its tokens).
   CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
   if (timing_.size()) CUDA_CHECK(cudaMemsetAsync(timing_.data(), 0, timing_.bytes(), stream_));
+  // Flagged vectors: epoch 0 everywhere, so no word of an earlier launch passes for this one's.
+  for (DeviceBuffer<uint64_t>* words : {&x_words_, &xmid_words_, &act_words_})
+    if (words->size()) CUDA_CHECK(cudaMemsetAsync(words->data(), 0, words->bytes(), stream_));
 
   Params p{};
   p.layers = layers_.data();
@@ -378,6 +395,9 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.qkv = qkv_.data();
   p.attn = attn_.data();
   p.act = act_.data();
+  p.x_words = flagged_ ? x_words_.data() : nullptr;
+  p.xmid_words = flagged_ ? xmid_words_.data() : nullptr;
+  p.act_words = flagged_ ? act_words_.data() : nullptr;
   p.partial_o = partial_o_.data();
   p.partial_ml = partial_ml_.data();
   p.best_v = best_v_.data();

@@ -89,6 +89,7 @@ class Megakernel {
   int ctas() const { return ctas_; }
   uint64_t launches() const { return launches_; }  // kernel launches so far
   uint32_t ablate() const { return ablate_; }       // kAblate* bits in effect (0: none)
+  bool flagged_vectors() const { return flagged_; }  // MEGAQWEN_MK_VECTORS=flagged
   std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
   // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
   std::string timing_report() const;
@@ -114,6 +115,7 @@ class Megakernel {
   Binding binding_;
   DeviceBuffer<LayerWeights> layers_;
   DeviceBuffer<float> x_, xmid_, qkv_, attn_, act_, partial_o_, partial_ml_, best_v_;
+  DeviceBuffer<uint64_t> x_words_, xmid_words_, act_words_;  // flagged vectors (MEGAQWEN_MK_VECTORS=flagged)
   DeviceBuffer<int32_t> best_i_, tokens_;
   DeviceBuffer<int32_t> counts_, history_;        // penalties (allocated on first use)
   DeviceBuffer<float> sel_vals_, cand_v_;         // filtered selection (allocated on first use)
@@ -132,6 +134,7 @@ class Megakernel {
   LogprobRecord* records_dev_ = nullptr;
   int splits_ = 1;
   int merge_splits_ = kMergeInOProjMaxSplits;  // Params::merge_splits (MEGAQWEN_MK_MERGE_SPLITS)
+  bool flagged_ = false;  // MEGAQWEN_MK_VECTORS=flagged: x, xmid and act as flagged words (layout.h, Params::x_words)
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint64_t timed_tokens_ = 0;
   uint64_t launches_ = 0;

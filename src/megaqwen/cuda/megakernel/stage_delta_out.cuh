@@ -6,7 +6,7 @@
 //   bytes:   weights H * VD * 2 per token over all CTAs (Qwen3.5-0.8B: 4.2 MB; 32 KB per CTA);
 //            o and z 8 * VD per CTA from L2
 //   waits:   AttnReady[l] >= (t + 1) * DELTA_ITEMS (every item written); CTAs without rows skip it
-//   signals: ODone[l] += 1 (every CTA, rows or not)
+//   signals: ODone[l] += 1 (every CTA, rows or not; not with flagged vectors: xmid carries its epoch)
 // The norm: o * rsqrt(mean(o^2) + eps) * w * silu(z) per head, as kernels/gated_delta_net.cuh's
 // gated_rms_norm_kernel (one warp per head here; its sum of squares adds in another order).
 #pragma once
@@ -36,13 +36,12 @@ __device__ void stage_delta_out(Ctx<C>& c, int l) {
       }
     }
     __syncthreads();
-    float* out = c.p.xmid + size_t(l) * C::H;
     stream_rows<C::VD>(c, Mat::Out, c.vec, [&](int row, float a0, float a1, bool has1) {
-      __stcg(out + row, c.residual(l, row) + a0);
-      if (has1) __stcg(out + row + 1, c.residual(l, row + 1) + a1);
+      c.store_xmid(l, row, c.residual(l, row) + a0);
+      if (has1) c.store_xmid(l, row + 1, c.residual(l, row + 1) + a1);
     });
   }
-  signal_add(c.counter(Counter::ODone, l), 1u, c.p.ablate);
+  c.signal_all_ctas(Counter::ODone, l);
   c.stream.flush();
 }
 

@@ -10,7 +10,7 @@
 //            Done when the run ends (eos id, budget, host stop request), Step, then the host mailbox
 //            slot (and `finished`)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
-//   waits:   DownDone[L - 1] >= ctas * (t + 1)
+//   waits:   DownDone[L - 1] >= ctas * (t + 1); flagged vectors: polls x[L]'s words for the token's epoch
 //   signals: LmTicket += 1 (acq_rel ticket) from every CTA; the last (ticket == ctas * (t + 1) - 1)
 //            stores Step = t + 1 (release): every CTA's next token starts on it
 // CTA 0 reads the host's stop request (mapped memory, a PCIe round trip) before it waits, so the read
@@ -37,10 +37,16 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   {
     StageTimer timer(c.p.timing, c.cta, Stage::LmHead, &c.stream.weight_wait_ns);
     if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
-    wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas(), c.p.ablate);
-    timer.waited();
-    const float* xf = c.p.x + size_t(C::L) * C::H;
-    rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
+    if (c.flagged()) {
+      load_flagged_vec<C::H>(c.p.x_words + size_t(C::L) * C::H, c.epoch(), c.vec);  // polling it is the wait
+      timer.waited();
+      rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, c.p.final_norm, c.p.eps, c.vec, c.red);
+    } else {
+      wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas(), c.p.ablate);
+      timer.waited();
+      const float* xf = c.p.x + size_t(C::L) * C::H;
+      rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
+    }
     const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t), c.p.counts,
                           c.p.repetition_penalty, c.p.presence_penalty, c.p.frequency_penalty};
     const bool filtered = c.p.top_k > 0, keep_vals = filtered || c.p.nucleus;

@@ -4,8 +4,9 @@
 //   out:     act[l][i] = silu(gate_i . h) * (up_i . h) for its pairs
 //   bytes:   weights 2 * I * H * 2 per token over all CTAs (0.6B: 12.6 MB; 96 KB per CTA, 2 chunks);
 //            xmid 4H per CTA from L2
-//   waits:   ODone[l] >= ctas * (t + 1) (the whole residual is needed for the norm)
-//   signals: MlpDone[l] += 1 (every CTA)
+//   waits:   ODone[l] >= ctas * (t + 1) (the whole residual is needed for the norm); flagged vectors:
+//            polls xmid[l]'s words for the token's epoch instead
+//   signals: MlpDone[l] += 1 (every CTA; not with flagged vectors)
 #pragma once
 
 #include "megaqwen/cuda/megakernel/context.cuh"
@@ -16,16 +17,22 @@ template <class C>
 __device__ void stage_mlp(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::Mlp, &c.stream.weight_wait_ns);
   if (c.part(Mat::GateUp).rows > 0) {
-    wait_at_least(c.counter(Counter::ODone, l), c.all_ctas(), c.p.ablate);
-    timer.waited();
-    const float* xm = c.p.xmid + size_t(l) * C::H;
-    rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xm + i); }, c.p.layers[l].post_norm, c.p.eps, c.vec, c.red);
-    float* out = c.p.act + size_t(l) * C::I;
+    const float* norm_w = c.p.layers[l].post_norm;
+    if (c.flagged()) {
+      load_flagged_vec<C::H>(c.p.xmid_words + size_t(l) * C::H, c.epoch(), c.vec);  // polling it is the wait
+      timer.waited();
+      rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);
+    } else {
+      wait_at_least(c.counter(Counter::ODone, l), c.all_ctas(), c.p.ablate);
+      timer.waited();
+      const float* xm = c.p.xmid + size_t(l) * C::H;
+      rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xm + i); }, norm_w, c.p.eps, c.vec, c.red);
+    }
     stream_rows<C::H>(c, Mat::GateUp, c.vec, [&](int row, float gate, float up, bool) {
-      __stcg(out + row / 2, gate / (1.0f + expf(-gate)) * up);  // rows come in aligned pairs
+      c.store_act(l, row / 2, gate / (1.0f + expf(-gate)) * up);  // rows come in aligned pairs
     });
   }
-  signal_add(c.counter(Counter::MlpDone, l), 1u, c.p.ablate);
+  c.signal_all_ctas(Counter::MlpDone, l);
   c.stream.flush();
 }
 

@@ -7,7 +7,7 @@
 //            L2 4Q (attn) or (4Q + 8 heads) per non-empty split (partials, at most merge_splits)
 //   waits:   AttnReady[l] >= (t + 1) * kv_heads * splits (every split written, or every kv head
 //            merged); CTAs without rows skip it
-//   signals: ODone[l] += 1 (every CTA, rows or not)
+//   signals: ODone[l] += 1 (every CTA, rows or not; not with flagged vectors: xmid carries its epoch)
 #pragma once
 
 #include "megaqwen/cuda/megakernel/stage_attention.cuh"  // merge_splits4
@@ -28,13 +28,12 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
     } else {
       load_vec(c.p.attn + size_t(l) * C::kAttnRowFloats, C::Q, c.vec);
     }
-    float* out = c.p.xmid + size_t(l) * C::H;
     stream_rows<C::Q>(c, Mat::O, c.vec, [&](int row, float a0, float a1, bool has1) {
-      __stcg(out + row, c.residual(l, row) + a0);
-      if (has1) __stcg(out + row + 1, c.residual(l, row + 1) + a1);
+      c.store_xmid(l, row, c.residual(l, row) + a0);
+      if (has1) c.store_xmid(l, row + 1, c.residual(l, row + 1) + a1);
     });
   }
-  signal_add(c.counter(Counter::ODone, l), 1u, c.p.ablate);
+  c.signal_all_ctas(Counter::ODone, l);
   c.stream.flush();
 }
 

@@ -4,7 +4,8 @@
 //   out:     qkv[l][row] fp32 for the CTA's rows (raw projections; QK-norm and RoPE run in stage B)
 //   bytes:   weights (Q + 2KV) * H * 2 per token over all CTAs (0.6B: 8.4 MB; ~64 KB per CTA);
 //            reads x (4H bytes) per CTA from L2, writes 4 * rows
-//   waits:   DownDone[l - 1] >= ctas * (t + 1) (layer 0: the Step wait at the token start)
+//   waits:   DownDone[l - 1] >= ctas * (t + 1) (layer 0: the Step wait at the token start); flagged
+//            vectors: polls x[l]'s words for the token's epoch instead
 //   signals: QkvReady[l][g] += rows of kv group g among its rows (q heads gG..gG+G-1, k_g, v_g), so
 //            group g's attention starts once its (G + 2) * D rows are written, not the whole stage
 #pragma once
@@ -23,9 +24,16 @@ __device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups,
   StageTimer timer(c.p.timing, c.cta, Stage::Qkv, &c.stream.weight_wait_ns);
   const Part& pt = c.part(m);
   if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
-  if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
-  timer.waited();
-  rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, c.p.layers[l].input_norm, c.p.eps, c.vec, c.red);
+  const float* norm_w = c.p.layers[l].input_norm;
+  if (l > 0 && c.flagged()) {
+    load_flagged_vec<C::H>(c.p.x_words + size_t(l) * C::H, c.epoch(), c.vec);  // polling it is the wait
+    timer.waited();
+    rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);
+  } else {
+    if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
+    timer.waited();
+    rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, norm_w, c.p.eps, c.vec, c.red);
+  }
   float* out = c.p.qkv + size_t(l) * C::kQkvRowFloats;
   stream_rows<C::H>(c, m, c.vec, [&](int row, float a0, float a1, bool has1) {
     __stcg(out + row, value(row, a0));

@@ -37,6 +37,7 @@ enum : uint32_t {
   kFaultNoAcquireFence = 2,         // the wait's acquire is left out: ld.acquire polls become relaxed,
                                     // the fence after relaxed polls is dropped
   kFaultNoBarrierBeforeSignal = 4,  // signal_add releases without first waiting for the CTA's writes
+  kFaultIgnoreEpoch = 8,            // a flagged word is taken whatever epoch it carries
 };
 __device__ __forceinline__ simt::MemoryOrder release_order(simt::MemoryOrder o) {
   return (g_sync_faults & kFaultRelaxedRelease) ? simt::MemoryOrder::Relaxed : o;
@@ -62,8 +63,9 @@ __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
 __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   return simt::atomic_fetch_add(p, v, release_order(simt::MemoryOrder::AcqRel));
 }
+// No poll here: a flagged word is loaded many at a time, and the spin around them (spin_round) lets
+// the other threads run once per round, not once per word.
 __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t* p) {
-  simt::poll("ld.relaxed.u64");
   return simt::atomic_load(p, simt::MemoryOrder::Relaxed);
 }
 __device__ __forceinline__ void st_relaxed_u64(uint64_t* p, uint64_t v) {
@@ -109,6 +111,15 @@ __device__ __forceinline__ void nanosleep_hint() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   __nanosleep(32);
 #endif
+}
+
+// One more round of a thread's spin on flagged words another CTA writes: backs off after 64 rounds
+// (on the emulator: the other threads take a turn).
+__device__ __forceinline__ void spin_round(int spins) {
+#if defined(MEGAQWEN_SIMT)
+  simt::poll("flagged words");
+#endif
+  if (spins > 64) nanosleep_hint();
 }
 
 // Block-wide: returns once *counter >= target (wrap-free: counters stay far below 2^31 in a launch).
@@ -157,6 +168,12 @@ __device__ __forceinline__ uint64_t flagged_word(float v, uint32_t epoch) {
 }
 __device__ __forceinline__ uint32_t flag_of(uint64_t w) { return uint32_t(w >> 32); }
 __device__ __forceinline__ float value_of(uint64_t w) { return __uint_as_float(uint32_t(w)); }
+__device__ __forceinline__ bool has_epoch(uint64_t w, uint32_t epoch) {
+#if defined(MEGAQWEN_SIMT)
+  if (g_sync_faults & kFaultIgnoreEpoch) return true;
+#endif
+  return flag_of(w) == epoch;
+}
 
 // Thread-level: loads the words src[i], i = threadIdx.x + j * kThreads (j < PER, i < n), into w,
 // polling each until it carries `epoch`. All of a thread's loads are in flight at once; only the
@@ -172,13 +189,45 @@ __device__ __forceinline__ void load_flagged(const uint64_t* src, int n, uint32_
     bool ready = true;
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
-      if (flag_of(w[j]) == epoch) continue;
+      if (has_epoch(w[j], epoch)) continue;
       ready = false;
       w[j] = ld_relaxed_u64(src + threadIdx.x + j * kThreads);
     }
     if (ready) return;
-    if (spins > 64) nanosleep_hint();
+    spin_round(spins);
   }
+}
+
+// Thread-level: the value of one flagged word, polled until it carries `epoch`.
+__device__ __forceinline__ float load_flagged_value(const uint64_t* p, uint32_t epoch) {
+  uint64_t w = ld_relaxed_u64(p);
+  for (int spins = 0; !has_epoch(w, epoch); ++spins) {
+    spin_round(spins);
+    w = ld_relaxed_u64(p);
+  }
+  return value_of(w);
+}
+
+// Block-wide: the values of src[0, N) into out (shared memory) once each word carries `epoch`. Thread
+// x writes out[x + j * kThreads], the elements the norm loops give it, so a caller that reads only
+// those needs no barrier. Up to 8 words per thread in flight at once (more: batches of 8, in series).
+template <int N>
+__device__ __forceinline__ void load_flagged_vec(const uint64_t* src, uint32_t epoch, float* out) {
+  constexpr int kPer = (N + kThreads - 1) / kThreads, kBatch = kPer < 8 ? kPer : 8;
+#pragma unroll 1
+  for (int b = 0; b < kPer; b += kBatch) {
+    uint64_t w[kBatch];
+    load_flagged<kBatch>(src + b * kThreads, N - b * kThreads, epoch, w);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = int(threadIdx.x) + (b + j) * kThreads;
+      if (i < N) out[i] = value_of(w[j]);
+    }
+  }
+}
+
+__device__ __forceinline__ void store_flagged(uint64_t* p, float v, uint32_t epoch) {
+  st_relaxed_u64(p, flagged_word(v, epoch));
 }
 
 // Per-stage timing (MEGAQWEN_MK_TIMING=1): %globaltimer in ns, thread 0, summed per CTA and stage.
