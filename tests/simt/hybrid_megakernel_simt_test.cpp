@@ -166,6 +166,7 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
   p.x_words = flagged ? x_words.data() : nullptr;
   p.xmid_words = flagged ? xmid_words.data() : nullptr;
   p.act_words = flagged ? act_words.data() : nullptr;
+  p.qkv_words = nullptr;  // the runner's choice for the hybrids (their DeltaNet layers keep QkvReady)
   p.partial_o = partial_o.data();
   p.partial_ml = partial_ml.data();
   p.best_v = best_v.data();

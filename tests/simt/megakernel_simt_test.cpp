@@ -194,7 +194,7 @@ RunResult run_megakernel(const RunSpec& s) {
   // before its token's store shows in the logits. The float vectors stay NaN: never read then.
   const uint64_t stale = mk::flagged_word(nan, 0);
   std::vector<uint64_t> x_words(s.flagged ? (L + 1) * H : 0, stale), xmid_words(s.flagged ? L * H : 0, stale),
-      act_words(s.flagged ? L * I : 0, stale);
+      act_words(s.flagged ? L * I : 0, stale), qkv_words(s.flagged ? L * C::kQkvRowFloats : 0, stale);
   // The cache: noise below pos0, bf16 NaN (0xffff) elsewhere, so a read of an unwritten row shows.
   std::vector<uint16_t> k_cache(L * kContext * KV, 0xffff), v_cache(L * kContext * KV, 0xffff);
   if (s.pos0 > 0) fill_noise_like_cpu<C>(k_cache, v_cache, s.pos0);
@@ -223,6 +223,7 @@ RunResult run_megakernel(const RunSpec& s) {
   p.x_words = s.flagged ? x_words.data() : nullptr;
   p.xmid_words = s.flagged ? xmid_words.data() : nullptr;
   p.act_words = s.flagged ? act_words.data() : nullptr;
+  p.qkv_words = s.flagged ? qkv_words.data() : nullptr;
   p.partial_o = partial_o.data();
   p.partial_ml = partial_ml.data();
   p.best_v = best_v.data();
@@ -294,7 +295,7 @@ RunResult run_megakernel(const RunSpec& s) {
 }
 
 // Every counter equals its per-token increment times the tokens run (layout.h's table); with flagged
-// vectors the all-CTA counters after C, D and E stay at 0.
+// vectors QkvReady and the all-CTA counters after C, D and E stay at 0.
 template <class C = Tiny>
 void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bool flagged = false) {
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
@@ -302,7 +303,8 @@ void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bo
   auto get = [&](mk::Counter c, int l = 0, int g = 0) { return r.counters[size_t(lay.slot(c, l, g))]; };
   for (int l = 0; l < C::L; ++l) {
     for (int g = 0; g < C::KV_HEADS; ++g) {
-      EXPECT_EQ(get(mk::Counter::QkvReady, l, g), T * uint32_t((C::G + 2) * C::D)) << "layer " << l << " group " << g;
+      EXPECT_EQ(get(mk::Counter::QkvReady, l, g), flagged ? 0u : T * uint32_t((C::G + 2) * C::D))
+          << "layer " << l << " group " << g;
       EXPECT_EQ(get(mk::Counter::AttnTicket, l, g), T * splits) << "layer " << l << " group " << g;
     }
     EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;

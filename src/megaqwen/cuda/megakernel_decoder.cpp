@@ -50,6 +50,7 @@ std::string MegakernelDecoder::device_suffix() const {
   if (!megakernel_) return ", decode: per-op";
   std::string s = ", decode: megakernel";
   if (megakernel_->ablate()) s += " (MEGAQWEN_MK_ABLATE=" + std::to_string(megakernel_->ablate()) + ")";
+  if (megakernel_->flagged_vectors()) s += " (flagged vectors)";
   return s;
 }
 

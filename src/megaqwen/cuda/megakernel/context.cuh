@@ -45,6 +45,11 @@ struct Ctx {
   // a reader polls the data for this token's epoch instead of an all-CTA counter.
   __device__ bool flagged() const { return p.x_words != nullptr; }
   __device__ uint32_t epoch() const { return uint32_t(t) + 1u; }  // 0: the words zeroed at launch
+  // qkv as flagged words too (Qwen3 configs only: Params::qkv_words).
+  __device__ bool flagged_qkv() const {
+    if constexpr (C::kHybrid) return false;
+    else return p.qkv_words != nullptr;
+  }
 
   // Residual stream entering layer l, element i: the token's embedding row for l = 0 (never copied),
   // else x[l] written by stage E of layer l - 1 in this launch (read through L2).
@@ -65,6 +70,10 @@ struct Ctx {
   __device__ void store_xmid(int l, int i, float v) const {
     if (flagged()) store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
     else __stcg(p.xmid + size_t(l) * C::H + i, v);
+  }
+  __device__ void store_qkv(int l, int i, float v) const {
+    if (flagged_qkv()) store_flagged(p.qkv_words + size_t(l) * C::kQkvRowFloats + i, v, epoch());
+    else __stcg(p.qkv + size_t(l) * C::kQkvRowFloats + i, v);
   }
   __device__ void store_act(int l, int i, float v) const {
     if (flagged()) store_flagged(p.act_words + size_t(l) * C::I + i, v, epoch());

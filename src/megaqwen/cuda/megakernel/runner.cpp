@@ -131,6 +131,7 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
     x_words_.resize((L + 1) * H);
     xmid_words_.resize(L * H);
     act_words_.resize(L * I);
+    if (!hybrid) qkv_words_.resize(L * qkv_rows);  // the hybrids' DeltaNet layers keep QkvReady
   }
   partial_o_.resize(L * heads * size_t(kMaxSplits) * D);
   partial_ml_.resize(L * heads * size_t(kMaxSplits) * 2);
@@ -211,7 +212,9 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
     add(", MlpDone %u", get(Counter::MlpDone, l));
     add(", DownDone %u", get(Counter::DownDone, l));
     add(" /%u", T * uint32_t(ctas_));
-    if (flagged_) line += " (flagged vectors: ODone, MlpDone and DownDone are not used)";
+    if (flagged_)
+      line += shape_.hybrid ? " (flagged vectors: ODone, MlpDone and DownDone are not used)"
+                            : " (flagged vectors: QkvReady, ODone, MlpDone and DownDone are not used)";
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   return 2;
@@ -379,7 +382,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
   if (timing_.size()) CUDA_CHECK(cudaMemsetAsync(timing_.data(), 0, timing_.bytes(), stream_));
   // Flagged vectors: epoch 0 everywhere, so no word of an earlier launch passes for this one's.
-  for (DeviceBuffer<uint64_t>* words : {&x_words_, &xmid_words_, &act_words_})
+  for (DeviceBuffer<uint64_t>* words : {&x_words_, &xmid_words_, &act_words_, &qkv_words_})
     if (words->size()) CUDA_CHECK(cudaMemsetAsync(words->data(), 0, words->bytes(), stream_));
 
   Params p{};
@@ -398,6 +401,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.x_words = flagged_ ? x_words_.data() : nullptr;
   p.xmid_words = flagged_ ? xmid_words_.data() : nullptr;
   p.act_words = flagged_ ? act_words_.data() : nullptr;
+  p.qkv_words = qkv_words_.size() ? qkv_words_.data() : nullptr;
   p.partial_o = partial_o_.data();
   p.partial_ml = partial_ml_.data();
   p.best_v = best_v_.data();

@@ -12,7 +12,8 @@
 //            path attends to); partial (m, l, o) per (head, split); the merging split writes attn[l]
 //   bytes:   KV cache 2 * n * D * 2 per kv head per layer (0.6B: 114,688 B per position over all
 //            layers); partials G * (D + 2) * 4 per split
-//   waits:   QkvReady[l][g] >= (t + 1) * (G + 2) * D (non-empty splits only)
+//   waits:   QkvReady[l][g] >= (t + 1) * (G + 2) * D (non-empty splits only); Qwen3 with flagged
+//            vectors: polls the words of the group's rows it reads instead
 //   signals: when stage C merges (Ctx::o_proj_merges: few non-empty splits), every split adds 1 to
 //            AttnReady[l] (release) and 1 to AttnTicket[l][g] (kept counting splits); otherwise each
 //            split takes an AttnTicket[l][g] ticket (acq_rel) and the last one (ticket == (t + 1) *
@@ -141,29 +142,36 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
 
   if (begin < end) {
     constexpr uint32_t group_rows = uint32_t((C::kHybrid ? 2 * G + 2 : G + 2) * D);
-    wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * group_rows, c.p.ablate);
+    if (!c.flagged_qkv()) wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * group_rows, c.p.ablate);
     // Prologue: warps 0..G-1 normalize + rotate the group's q heads; warp G the k head (and, for the
     // split that holds the new position, appends k and v to the cache).
     const float* qkv = c.p.qkv + size_t(l) * C::kQkvRowFloats;
+    auto load_row = [&](int at, float (&v)[D / 32]) {  // v[e] = qkv[at + lane + 32 e]
+      if (c.flagged_qkv()) {
+        load_flagged_lane<D / 32>(c.p.qkv_words + size_t(l) * C::kQkvRowFloats + at + lane, c.epoch(), v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + at + lane + 32 * e);
+      }
+    };
     if (warp < G) {
       float v[D / 32];
-#pragma unroll
-      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + (g * G + warp) * D + lane + 32 * e);
+      load_row((g * G + warp) * D, v);
       qk_norm_rope_warp<D, C::R>(v, w.q_norm, c.p.inv_freq, c.pos, c.p.eps, sm_q + warp * D);
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) sm_q[warp * D + lane + 32 * e] = v[e] * c.p.attn_scale_log2;
     } else if (warp == G && range.appends(n)) {
-      float v[D / 32];
-#pragma unroll
-      for (int e = 0; e < D / 32; ++e) v[e] = __ldcg(qkv + k0 + g * D + lane + 32 * e);
+      float v[D / 32], vv[D / 32];
+      load_row(k0 + g * D, v);
       qk_norm_rope_warp<D, C::R>(v, w.k_norm, c.p.inv_freq, c.pos, c.p.eps, sm_q + G * D);
+      load_row(k0 + C::KV + g * D, vv);  // after the rotation: not live through its sincosf
       const size_t at = (size_t(c.pos) * C::KV_HEADS + g) * D;
       bf16* kw = reinterpret_cast<bf16*>(w.k_cache) + at;
       bf16* vw = reinterpret_cast<bf16*>(w.v_cache) + at;
 #pragma unroll
       for (int e = 0; e < D / 32; ++e) {
         kw[lane + 32 * e] = __float2bfloat16_rn(v[e]);
-        vw[lane + 32 * e] = __float2bfloat16_rn(__ldcg(qkv + k0 + C::KV + g * D + lane + 32 * e));
+        vw[lane + 32 * e] = __float2bfloat16_rn(vv[e]);
       }
       // The __syncthreads below makes the rows visible to the CTA's own readers; other CTAs read them
       // in later tokens, ordered by the Step chain.

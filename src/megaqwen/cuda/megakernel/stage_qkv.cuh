@@ -7,7 +7,8 @@
 //   waits:   DownDone[l - 1] >= ctas * (t + 1) (layer 0: the Step wait at the token start); flagged
 //            vectors: polls x[l]'s words for the token's epoch instead
 //   signals: QkvReady[l][g] += rows of kv group g among its rows (q heads gG..gG+G-1, k_g, v_g), so
-//            group g's attention starts once its (G + 2) * D rows are written, not the whole stage
+//            group g's attention starts once its (G + 2) * D rows are written, not the whole stage;
+//            Qwen3 with flagged vectors: nothing (qkv's words carry the epoch, stage B polls them)
 #pragma once
 
 #include "megaqwen/cuda/megakernel/context.cuh"
@@ -34,13 +35,12 @@ __device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups,
     timer.waited();
     rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, norm_w, c.p.eps, c.vec, c.red);
   }
-  float* out = c.p.qkv + size_t(l) * C::kQkvRowFloats;
   stream_rows<C::H>(c, m, c.vec, [&](int row, float a0, float a1, bool has1) {
-    __stcg(out + row, value(row, a0));
-    if (has1) __stcg(out + row + 1, value(row + 1, a1));
+    c.store_qkv(l, row, value(row, a0));
+    if (has1) c.store_qkv(l, row + 1, value(row + 1, a1));
   });
-  __syncthreads();
-  if (int(threadIdx.x) < groups) {
+  __syncthreads();  // also: stage B overwrites the shared memory read above
+  if (!c.flagged_qkv() && int(threadIdx.x) < groups) {
     const int g = int(threadIdx.x);
     const int n = group_rows(pt.row0, pt.rows, g);
     if (n > 0) release_add(c.counter(Counter::QkvReady, l, g), uint32_t(n), c.p.ablate);

@@ -226,6 +226,28 @@ __device__ __forceinline__ void load_flagged_vec(const uint64_t* src, uint32_t e
   }
 }
 
+// Thread-level: v[e] = the value of src[32 e] (src: this lane's first word of a row a warp reads),
+// each polled until it carries `epoch`; all E loads in flight at once.
+template <int E>
+__device__ __forceinline__ void load_flagged_lane(const uint64_t* src, uint32_t epoch, float (&v)[E]) {
+  uint64_t w[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) w[e] = ld_relaxed_u64(src + 32 * e);
+  for (int spins = 0;; ++spins) {
+    bool ready = true;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (has_epoch(w[e], epoch)) continue;
+      ready = false;
+      w[e] = ld_relaxed_u64(src + 32 * e);
+    }
+    if (ready) break;
+    spin_round(spins);
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = value_of(w[e]);
+}
+
 __device__ __forceinline__ void store_flagged(uint64_t* p, float v, uint32_t epoch) {
   st_relaxed_u64(p, flagged_word(v, epoch));
 }
