@@ -194,7 +194,9 @@ RunResult run_megakernel(const RunSpec& s) {
   // before its token's store shows in the logits. The float vectors stay NaN: never read then.
   const uint64_t stale = mk::flagged_word(nan, 0);
   std::vector<uint64_t> x_words(s.flagged ? (L + 1) * H : 0, stale), xmid_words(s.flagged ? L * H : 0, stale),
-      act_words(s.flagged ? L * I : 0, stale), qkv_words(s.flagged ? L * C::kQkvRowFloats : 0, stale);
+      act_words(s.flagged ? L * I : 0, stale), qkv_words(s.flagged ? L * C::kQkvRowFloats : 0, stale),
+      partial_o_words(s.flagged ? partial_o.size() : 0, stale), partial_ml_words(s.flagged ? partial_ml.size() : 0, stale),
+      attn_words(s.flagged ? L * Q : 0, stale);
   // The cache: noise below pos0, bf16 NaN (0xffff) elsewhere, so a read of an unwritten row shows.
   std::vector<uint16_t> k_cache(L * kContext * KV, 0xffff), v_cache(L * kContext * KV, 0xffff);
   if (s.pos0 > 0) fill_noise_like_cpu<C>(k_cache, v_cache, s.pos0);
@@ -224,6 +226,9 @@ RunResult run_megakernel(const RunSpec& s) {
   p.xmid_words = s.flagged ? xmid_words.data() : nullptr;
   p.act_words = s.flagged ? act_words.data() : nullptr;
   p.qkv_words = s.flagged ? qkv_words.data() : nullptr;
+  p.partial_o_words = s.flagged ? partial_o_words.data() : nullptr;
+  p.partial_ml_words = s.flagged ? partial_ml_words.data() : nullptr;
+  p.attn_words = s.flagged ? attn_words.data() : nullptr;
   p.partial_o = partial_o.data();
   p.partial_ml = partial_ml.data();
   p.best_v = best_v.data();
@@ -295,7 +300,7 @@ RunResult run_megakernel(const RunSpec& s) {
 }
 
 // Every counter equals its per-token increment times the tokens run (layout.h's table); with flagged
-// vectors QkvReady and the all-CTA counters after C, D and E stay at 0.
+// vectors QkvReady, AttnReady and the all-CTA counters after C, D and E stay at 0.
 template <class C = Tiny>
 void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bool flagged = false) {
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
@@ -307,7 +312,7 @@ void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bo
           << "layer " << l << " group " << g;
       EXPECT_EQ(get(mk::Counter::AttnTicket, l, g), T * splits) << "layer " << l << " group " << g;
     }
-    EXPECT_EQ(get(mk::Counter::AttnReady, l), T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::AttnReady, l), flagged ? 0u : T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;
     const uint32_t all = flagged ? 0u : T * uint32_t(ctas);
     EXPECT_EQ(get(mk::Counter::ODone, l), all) << "layer " << l;
     EXPECT_EQ(get(mk::Counter::MlpDone, l), all) << "layer " << l;
@@ -443,6 +448,18 @@ TEST(SimtMegakernel, FlaggedVectorsChangeNothingButTiming) {
     EXPECT_EQ(std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
     expect_counters(r, s.ctas, 3, true, true);
   }
+  // Stage C merging 6 polled splits (MEGAQWEN_MK_MERGE_SPLITS=32 at a depth the default leaves to the
+  // last split): the flagged merge's path for more than 4 splits.
+  RunSpec wide{.ctas = 12, .pos0 = 330, .max_tokens = 2, .merge_splits = 32,
+               .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult wide_ref = run_megakernel(wide);
+  ASSERT_EQ(wide_ref.tokens.size(), 2u);
+  wide.flagged = true;
+  wide.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 48);
+  SCOPED_TRACE(describe(wide));
+  const RunResult r = run_megakernel(wide);
+  EXPECT_EQ(r.tokens, wide_ref.tokens);
+  EXPECT_EQ(std::memcmp(r.logits.data(), wide_ref.logits.data(), wide_ref.logits.size() * 4), 0) << "logits differ";
 }
 
 // Whole greedy runs with flagged vectors. The 4B width polls act (9,728 floats: 19 words per thread)
@@ -450,6 +467,10 @@ TEST(SimtMegakernel, FlaggedVectorsChangeNothingButTiming) {
 // between pollers (~20 s here, ~150 s under the race checker); the race build runs the tiny shape
 // instead, whose synchronization is the same.
 TEST(SimtMegakernel, FlaggedVectorsGreedyRuns) {
+  // A launch that switches mid-run from stage C merging the polled partials to the last split merging
+  // them into attn's words (merge_splits 2: the third split fills at position 128).
+  run_and_check_greedy({.ctas = 8, .pos0 = 124, .max_tokens = 8, .merge_splits = 2, .flagged = true,
+                        .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 47)});
 #if defined(SIMT_RACE_CHECK)
   run_and_check_greedy({.ctas = 5, .pos0 = 60, .max_tokens = 6, .flagged = true,
                         .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 44)});

@@ -25,7 +25,8 @@
 //   MlpDone[l]          layer           stage D, every CTA once          ctas        stage E
 //   DownDone[l]         layer           stage E, every CTA once          ctas        stage A of l+1, LM head
 //   (ODone, MlpDone and DownDone stay at 0 with flagged vectors, Params::x_words: the data carries
-//   its own epoch and the readers poll it; in the Qwen3 configs QkvReady too, Params::qkv_words)
+//   its own epoch and the readers poll it; in the Qwen3 configs QkvReady and AttnReady too,
+//   Params::qkv_words)
 //   LmTicket            -               LM head, every CTA once          ctas        (ticket: last CTA selects)
 //   Step                -               the selecting CTA: = t + 1       1           every CTA, next token
 //   Done / StopSeen     -               flags (0/1), not counters
@@ -241,9 +242,14 @@ struct Params {
   uint64_t* x_words;     // [L + 1, H]
   uint64_t* xmid_words;  // [L, H]
   uint64_t* act_words;   // [L, I]
-  // The same for qkv in the Qwen3 configs (null in the hybrids, whose DeltaNet layers keep QkvReady):
-  // stage B polls its group's q / k / v words instead of QkvReady, which then stays at 0.
-  uint64_t* qkv_words;   // [L, Q + 2KV]
+  // The same for qkv, the attention partials and the merged attention in the Qwen3 configs (null in
+  // the hybrids, whose DeltaNet layers keep QkvReady and AttnReady): stage B polls its group's q / k /
+  // v words instead of QkvReady, the mergers (stage C, or the last split) poll the partials, stage C
+  // the merged words, so QkvReady and AttnReady stay at 0 (AttnTicket still counts the splits).
+  uint64_t* qkv_words;         // [L, Q + 2KV]
+  uint64_t* partial_o_words;   // [L, heads, S, D]
+  uint64_t* partial_ml_words;  // [L, heads, S, 2]
+  uint64_t* attn_words;        // [L, Q]
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
   float* best_v;      // [ctas]      per-CTA best transformed logit

@@ -131,7 +131,12 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
     x_words_.resize((L + 1) * H);
     xmid_words_.resize(L * H);
     act_words_.resize(L * I);
-    if (!hybrid) qkv_words_.resize(L * qkv_rows);  // the hybrids' DeltaNet layers keep QkvReady
+    if (!hybrid) {  // the hybrids' DeltaNet layers keep QkvReady and AttnReady
+      qkv_words_.resize(L * qkv_rows);
+      partial_o_words_.resize(L * heads * size_t(kMaxSplits) * D);
+      partial_ml_words_.resize(L * heads * size_t(kMaxSplits) * 2);
+      attn_words_.resize(L * attn_rows);
+    }
   }
   partial_o_.resize(L * heads * size_t(kMaxSplits) * D);
   partial_ml_.resize(L * heads * size_t(kMaxSplits) * 2);
@@ -214,7 +219,7 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
     add(" /%u", T * uint32_t(ctas_));
     if (flagged_)
       line += shape_.hybrid ? " (flagged vectors: ODone, MlpDone and DownDone are not used)"
-                            : " (flagged vectors: QkvReady, ODone, MlpDone and DownDone are not used)";
+                            : " (flagged vectors: QkvReady, AttnReady, ODone, MlpDone and DownDone are not used)";
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   return 2;
@@ -382,7 +387,8 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
   if (timing_.size()) CUDA_CHECK(cudaMemsetAsync(timing_.data(), 0, timing_.bytes(), stream_));
   // Flagged vectors: epoch 0 everywhere, so no word of an earlier launch passes for this one's.
-  for (DeviceBuffer<uint64_t>* words : {&x_words_, &xmid_words_, &act_words_, &qkv_words_})
+  for (DeviceBuffer<uint64_t>* words :
+       {&x_words_, &xmid_words_, &act_words_, &qkv_words_, &partial_o_words_, &partial_ml_words_, &attn_words_})
     if (words->size()) CUDA_CHECK(cudaMemsetAsync(words->data(), 0, words->bytes(), stream_));
 
   Params p{};
@@ -402,6 +408,9 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.xmid_words = flagged_ ? xmid_words_.data() : nullptr;
   p.act_words = flagged_ ? act_words_.data() : nullptr;
   p.qkv_words = qkv_words_.size() ? qkv_words_.data() : nullptr;
+  p.partial_o_words = partial_o_words_.size() ? partial_o_words_.data() : nullptr;
+  p.partial_ml_words = partial_ml_words_.size() ? partial_ml_words_.data() : nullptr;
+  p.attn_words = attn_words_.size() ? attn_words_.data() : nullptr;
   p.partial_o = partial_o_.data();
   p.partial_ml = partial_ml_.data();
   p.best_v = best_v_.data();

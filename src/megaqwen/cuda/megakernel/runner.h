@@ -115,7 +115,9 @@ class Megakernel {
   Binding binding_;
   DeviceBuffer<LayerWeights> layers_;
   DeviceBuffer<float> x_, xmid_, qkv_, attn_, act_, partial_o_, partial_ml_, best_v_;
-  DeviceBuffer<uint64_t> x_words_, xmid_words_, act_words_, qkv_words_;  // flagged vectors (MEGAQWEN_MK_VECTORS=flagged)
+  // Flagged vectors (MEGAQWEN_MK_VECTORS=flagged; layout.h, Params::x_words); qkv and the attention's
+  // in the Qwen3 configs only.
+  DeviceBuffer<uint64_t> x_words_, xmid_words_, act_words_, qkv_words_, partial_o_words_, partial_ml_words_, attn_words_;
   DeviceBuffer<int32_t> best_i_, tokens_;
   DeviceBuffer<int32_t> counts_, history_;        // penalties (allocated on first use)
   DeviceBuffer<float> sel_vals_, cand_v_;         // filtered selection (allocated on first use)

@@ -14,7 +14,9 @@
 //            layers); partials G * (D + 2) * 4 per split
 //   waits:   QkvReady[l][g] >= (t + 1) * (G + 2) * D (non-empty splits only); Qwen3 with flagged
 //            vectors: polls the words of the group's rows it reads instead
-//   signals: when stage C merges (Ctx::o_proj_merges: few non-empty splits), every split adds 1 to
+//   signals: (Qwen3 with flagged vectors: the partials and the merged vector carry their epoch, so
+//            AttnReady stays at 0 and AttnTicket counts the splits with relaxed adds or tickets)
+//            when stage C merges (Ctx::o_proj_merges: few non-empty splits), every split adds 1 to
 //            AttnReady[l] (release) and 1 to AttnTicket[l][g] (kept counting splits); otherwise each
 //            split takes an AttnTicket[l][g] ticket (acq_rel) and the last one (ticket == (t + 1) *
 //            splits - 1) merges and adds `splits` to AttnReady[l] (release): per token AttnReady[l]
@@ -78,8 +80,73 @@ __device__ __forceinline__ void qk_norm_rope_warp(float v[D / 32], const float* 
 // the maximum m, then sum(o * 2^(m - M)) / sum(l * 2^(m - M)) in split order (Qwen3.5: times
 // sigmoid(gate)). Both mergers (the last split, stage C) call this: the same bits either way. Up to 4
 // splits every load is issued before the first use (one L2 round trip); more take two per 4 splits.
+// epoch > 0 (Qwen3 configs with flagged vectors): the partials are flagged words, polled for it.
+// merge_splits4 over flagged partials (Qwen3 configs with flagged vectors, stage C merging): the same
+// arithmetic (M over every used split first, then the splits in order), each word polled for `epoch`.
+// Up to 4 splits in two round trips: splits 0 and 1 whole with the m of 2 and 3 (14 words), then the
+// rest of 2 and 3 (10); more in pairs after a pass over the m words. (All 24 words at once made ptxas
+// spill in every Qwen3 config; out of line, the call's saves and reloads spread through the kernel.)
+template <int D>
+__device__ __forceinline__ float4 merge_flagged_partials(const uint64_t* mlw, const uint64_t* pow, int used, uint32_t epoch) {
+  float M = -INFINITY, L = 0.0f;
+  float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto add = [&](uint64_t m, uint64_t l, const uint64_t* o) {
+    const float ms = value_of(m);
+    if (ms == -INFINITY) return;  // as merge_splits4's add
+    const float wt = exp2f(ms - M);
+    L = fmaf(value_of(l), wt, L);
+    O = make_float4(fmaf(value_of(o[0]), wt, O.x), fmaf(value_of(o[1]), wt, O.y), fmaf(value_of(o[2]), wt, O.z),
+                    fmaf(value_of(o[3]), wt, O.w));
+  };
+  // Word k of split s's (m, l, o[4]).
+  auto word = [&](int s, int k) -> const uint64_t* { return k < 2 ? mlw + 2 * s + k : pow + size_t(s) * D + (k - 2); };
+  if (used <= 4) {
+    uint64_t a[14];
+    load_flagged_each<14>([&](int j) -> const uint64_t* {
+      const int s = j < 12 ? j / 6 : j - 10;
+      return s >= used ? nullptr : j < 12 ? word(s, j % 6) : mlw + 2 * s;
+    }, epoch, a);
+    const uint64_t* m[4] = {a, a + 6, a + 12, a + 13};
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      if (s < used) M = fmaxf(M, value_of(*m[s]));
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      if (s < used) add(a[6 * s], a[6 * s + 1], a + 6 * s + 2);
+    if (used > 2) {
+      uint64_t b[10];  // splits 2 and 3: l, o[4]
+      load_flagged_each<10>([&](int j) -> const uint64_t* {
+        const int s = 2 + j / 5;
+        return s >= used ? nullptr : word(s, 1 + j % 5);
+      }, epoch, b);
+#pragma unroll
+      for (int s = 2; s < 4; ++s)
+        if (s < used) add(*m[s], b[5 * (s - 2)], b + 5 * (s - 2) + 1);
+    }
+  } else {
+    for (int s0 = 0; s0 < used; s0 += 8) {
+      uint64_t w[8];
+      load_flagged_each<8>([&](int j) { return s0 + j < used ? mlw + 2 * (s0 + j) : nullptr; }, epoch, w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (s0 + j < used) M = fmaxf(M, value_of(w[j]));
+    }
+    for (int s0 = 0; s0 < used; s0 += 2) {
+      uint64_t w[12];
+      load_flagged_each<12>([&](int j) -> const uint64_t* {
+        const int s = s0 + j / 6;
+        return s >= used ? nullptr : word(s, j % 6);
+      }, epoch, w);
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+        if (s0 + s < used) add(w[6 * s], w[6 * s + 1], w + 6 * s + 2);
+    }
+  }
+  return make_float4(O.x / L, O.y / L, O.z / L, O.w / L);
+}
+
 template <class C>
-__device__ __forceinline__ float4 merge_splits4(const Params& p, int l, int head, int d, int used) {
+__device__ __forceinline__ float4 merge_splits4(const Params& p, int l, int head, int d, int used, uint32_t epoch = 0) {
   constexpr int D = C::D, B = 4;
   const size_t slot0 = (size_t(l) * C::HEADS + head) * kMaxSplits;
   const float* ml = p.partial_ml + 2 * slot0;
@@ -92,6 +159,10 @@ __device__ __forceinline__ float4 merge_splits4(const Params& p, int l, int head
     L = fmaf(ls, wt, L);
     O = make_float4(fmaf(os.x, wt, O.x), fmaf(os.y, wt, O.y), fmaf(os.z, wt, O.z), fmaf(os.w, wt, O.w));
   };
+  if constexpr (!C::kHybrid) {
+    if (epoch)
+      return merge_flagged_partials<D>(p.partial_ml_words + 2 * slot0, p.partial_o_words + slot0 * D + d, used, epoch);
+  }
   if (used <= B) {
     float ms[B], ls[B];
     float4 os[B];
@@ -271,15 +342,28 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
         }
       }
       const size_t slot = (size_t(l) * C::HEADS + g * G + h) * kMaxSplits + split;
-      __stcg(c.p.partial_o + slot * D + d, O);
-      if (d == 0) {
-        __stcg(c.p.partial_ml + 2 * slot, M);
-        __stcg(c.p.partial_ml + 2 * slot + 1, L);
+      if (c.flagged_qkv() && c.o_proj_merges()) {  // else the ticket orders the floats for the merger
+        store_flagged(c.p.partial_o_words + slot * D + d, O, c.epoch());
+        if (d == 0) {
+          store_flagged(c.p.partial_ml_words + 2 * slot, M, c.epoch());
+          store_flagged(c.p.partial_ml_words + 2 * slot + 1, L, c.epoch());
+        }
+      } else {
+        __stcg(c.p.partial_o + slot * D + d, O);
+        if (d == 0) {
+          __stcg(c.p.partial_ml + 2 * slot, M);
+          __stcg(c.p.partial_ml + 2 * slot + 1, L);
+        }
       }
     }
   }
 
   if (c.o_proj_merges()) {  // stage C reads the partials: no ticket to wait for
+    if (c.flagged_qkv()) {  // the partials carry their epoch: AttnTicket only keeps counting the splits
+      __syncthreads();       // stage C overwrites the scratch read above
+      if (threadIdx.x == 0) red_relaxed_add(c.counter(Counter::AttnTicket, l, g), 1u);
+      return;
+    }
     signal_add(c.counter(Counter::AttnReady, l), 1u, c.p.ablate);
     if (threadIdx.x == 0) release_add(c.counter(Counter::AttnTicket, l, g), 1u, c.p.ablate);
     return;
@@ -293,12 +377,22 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
   __syncthreads();
   if (!c.flags[0]) return;
   const int used = attention_used_splits(n, c.p.splits);  // non-empty splits
+  const uint32_t epoch = c.flagged_qkv() ? c.epoch() : 0u;
   for (int idx = 4 * int(threadIdx.x); idx < G * D; idx += 4 * kThreads) {
-    const int head = g * G + idx / D;
-    __stcg(reinterpret_cast<float4*>(c.p.attn + size_t(l) * C::kAttnRowFloats + head * D + idx % D),
-           merge_splits4<C>(c.p, l, head, idx % D, used));
+    const int head = g * G + idx / D, at = head * D + idx % D;
+    const float4 o = merge_splits4<C>(c.p, l, head, idx % D, used);  // floats: after the ticket
+    if (epoch) {
+      uint64_t* out = c.p.attn_words + size_t(l) * C::kAttnRowFloats + at;
+      store_flagged(out, o.x, epoch);
+      store_flagged(out + 1, o.y, epoch);
+      store_flagged(out + 2, o.z, epoch);
+      store_flagged(out + 3, o.w, epoch);
+    } else {
+      __stcg(reinterpret_cast<float4*>(c.p.attn + size_t(l) * C::kAttnRowFloats + at), o);
+    }
   }
-  signal_add(c.counter(Counter::AttnReady, l), uint32_t(c.p.splits), c.p.ablate);
+  if (epoch) __syncthreads();  // stage C reads attn's words; only the barrier the signal would bring
+  else signal_add(c.counter(Counter::AttnReady, l), uint32_t(c.p.splits), c.p.ablate);
 }
 
 template <class C>

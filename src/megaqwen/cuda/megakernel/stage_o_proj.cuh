@@ -6,7 +6,8 @@
 //   bytes:   weights H * Q * 2 per token over all CTAs (0.6B: 4.2 MB; 32 KB per CTA); per CTA from
 //            L2 4Q (attn) or (4Q + 8 heads) per non-empty split (partials, at most merge_splits)
 //   waits:   AttnReady[l] >= (t + 1) * kv_heads * splits (every split written, or every kv head
-//            merged); CTAs without rows skip it
+//            merged); CTAs without rows skip it. Qwen3 with flagged vectors: polls the partials' or
+//            attn's words instead
 //   signals: ODone[l] += 1 (every CTA, rows or not; not with flagged vectors: xmid carries its epoch)
 #pragma once
 
@@ -18,16 +19,25 @@ template <class C>
 __device__ void stage_o_proj(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::OProj, &c.stream.weight_wait_ns);
   if (c.part(Mat::O).rows > 0) {
-    wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS * c.p.splits), c.p.ablate);
-    timer.waited();
+    const bool flagged = c.flagged_qkv();  // polling the partials or attn's words is the wait
+    if (!flagged) {
+      wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS * c.p.splits), c.p.ablate);
+      timer.waited();
+    }
     if (c.o_proj_merges()) {
       const int used = attention_used_splits(c.pos + 1, c.p.splits);
+      const uint32_t epoch = flagged ? c.epoch() : 0u;
       for (int i = 4 * int(threadIdx.x); i < C::Q; i += 4 * kThreads)
-        *reinterpret_cast<float4*>(c.vec + i) = merge_splits4<C>(c.p, l, i / C::D, i % C::D, used);
+        *reinterpret_cast<float4*>(c.vec + i) = merge_splits4<C>(c.p, l, i / C::D, i % C::D, used, epoch);
+      __syncthreads();
+    } else if (flagged) {
+      // Batches of 4 words: 8 (the 4B's 4,096 floats at once) made ptxas spill 6x more in that config.
+      load_flagged_vec<C::Q, 4>(c.p.attn_words + size_t(l) * C::kAttnRowFloats, c.epoch(), c.vec);
       __syncthreads();
     } else {
       load_vec(c.p.attn + size_t(l) * C::kAttnRowFloats, C::Q, c.vec);
     }
+    if (flagged) timer.waited();
     stream_rows<C::Q>(c, Mat::O, c.vec, [&](int row, float a0, float a1, bool has1) {
       c.store_xmid(l, row, c.residual(l, row) + a0);
       if (has1) c.store_xmid(l, row + 1, c.residual(l, row + 1) + a1);

@@ -63,6 +63,9 @@ __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
 __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   return simt::atomic_fetch_add(p, v, release_order(simt::MemoryOrder::AcqRel));
 }
+__device__ __forceinline__ void red_relaxed_add(uint32_t* p, uint32_t v) {
+  simt::atomic_fetch_add(p, v, simt::MemoryOrder::Relaxed);
+}
 // No poll here: a flagged word is loaded many at a time, and the spin around them (spin_round) lets
 // the other threads run once per round, not once per word.
 __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t* p) {
@@ -88,6 +91,10 @@ __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
 }
 __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// A count that orders nothing (the flagged words carry their own epochs): no store drain first.
+__device__ __forceinline__ void red_relaxed_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t* p, uint32_t v) {
   uint32_t old;
@@ -210,10 +217,11 @@ __device__ __forceinline__ float load_flagged_value(const uint64_t* p, uint32_t 
 
 // Block-wide: the values of src[0, N) into out (shared memory) once each word carries `epoch`. Thread
 // x writes out[x + j * kThreads], the elements the norm loops give it, so a caller that reads only
-// those needs no barrier. Up to 8 words per thread in flight at once (more: batches of 8, in series).
-template <int N>
+// those needs no barrier. Up to BATCH words per thread in flight at once (more: batches, in series;
+// a smaller BATCH where the registers are scarce).
+template <int N, int BATCH = 8>
 __device__ __forceinline__ void load_flagged_vec(const uint64_t* src, uint32_t epoch, float* out) {
-  constexpr int kPer = (N + kThreads - 1) / kThreads, kBatch = kPer < 8 ? kPer : 8;
+  constexpr int kPer = (N + kThreads - 1) / kThreads, kBatch = kPer < BATCH ? kPer : BATCH;
 #pragma unroll 1
   for (int b = 0; b < kPer; b += kBatch) {
     uint64_t w[kBatch];
@@ -246,6 +254,28 @@ __device__ __forceinline__ void load_flagged_lane(const uint64_t* src, uint32_t 
   }
 #pragma unroll
   for (int e = 0; e < E; ++e) v[e] = value_of(w[e]);
+}
+
+// Thread-level: w[j] = *addr(j) for j < N (addr(j) null: skipped), each polled until it carries
+// `epoch`; all N loads in flight at once.
+template <int N, class Addr>
+__device__ __forceinline__ void load_flagged_each(Addr&& addr, uint32_t epoch, uint64_t (&w)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const uint64_t* a = addr(j);
+    w[j] = a ? ld_relaxed_u64(a) : (uint64_t(epoch) << 32);
+  }
+  for (int spins = 0;; ++spins) {
+    bool ready = true;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (has_epoch(w[j], epoch)) continue;
+      ready = false;
+      w[j] = ld_relaxed_u64(addr(j));
+    }
+    if (ready) return;
+    spin_round(spins);
+  }
 }
 
 __device__ __forceinline__ void store_flagged(uint64_t* p, float v, uint32_t epoch) {
