@@ -27,8 +27,9 @@
 #   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
-#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32) and the flagged vectors
-#             (MEGAQWEN_MK_VECTORS=flagged)
+#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
+#             (MEGAQWEN_MK_VECTORS=flagged) and the timing probes (MEGAQWEN_MK_PROBE: no waits, no
+#             weights, both), also on Qwen3.5-0.8B
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
 #             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors), Qwen3.5-0.8B at depth 1
@@ -372,10 +373,23 @@ mk_stage() {
     --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-flagged.json" ||
     echo "MK BENCH flagged FAILED"
   abl+=("qwen3-0.6b:flagged:$tmp/mk-bench-qwen3-0.6b-flagged.json")
+  # The timing probes (meaningless tokens, only the time counts; docs/MEGAKERNEL.md, "Timing probes"):
+  # no-waits is the weight stream and the work with one grid-wide edge per token, no-weights the
+  # chain of edges and the work without weights; together they split a token's time.
+  local probe
+  for probe in no-waits no-weights no-waits,no-weights; do
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_PROBE=$probe timeout --foreground 40 "$mq" bench --model "$model" --device cuda \
+      --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-probe-$probe.json" ||
+      echo "MK BENCH probe $probe FAILED"
+    abl+=("qwen3-0.6b:probe-$probe:$tmp/mk-bench-qwen3-0.6b-probe-$probe.json")
+  done
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || true
   if [ -f "$hybrid_model/model.safetensors" ]; then
-    for k in counters flagged; do
-      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$k timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
+    for k in counters flagged probe-no-waits probe-no-weights; do
+      local vectors=counters probe=
+      case $k in flagged) vectors=flagged ;; probe-*) probe=${k#probe-} ;; esac
+      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe \
+        timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
         --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
         --json "$tmp/mk-bench-qwen3.5-0.8b-$k.json" || echo "MK BENCH qwen3.5-0.8b $k FAILED"
       abl+=("qwen3.5-0.8b:$k:$tmp/mk-bench-qwen3.5-0.8b-$k.json")

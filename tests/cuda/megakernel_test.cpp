@@ -34,6 +34,7 @@
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megakernel/select_test_args.h"
+#include "scoped_env.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen {
@@ -393,6 +394,23 @@ class MegakernelTiny : public ::testing::Test {
     MQ_REQUIRE_MEGAKERNEL(model_);
   }
   size_t V() const { return size_t(model_->config.vocab_size); }
+  // A megakernel engine (context 512) built with the environment variable `var` set to `value` (empty:
+  // unset), as a user would switch the kernel's forms (MEGAQWEN_MK_*).
+  cuda::CudaEngine engine_with(const char* var, const std::string& value) const {
+    test::ScopedEnv env(var, value.empty() ? std::nullopt : std::optional<std::string>(value));
+    return cuda::CudaEngine(model_, mk_options(512));
+  }
+  // Each of `bad` in `var` is refused when the engine is built, by an error that names the variable.
+  void expect_refused(const char* var, std::initializer_list<const char*> bad) const {
+    for (const char* value : bad) {
+      try {
+        (void)engine_with(var, value);
+        ADD_FAILURE() << var << "=" << value << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+      }
+    }
+  }
   std::shared_ptr<const Model> model_;
 };
 
@@ -505,9 +523,7 @@ TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
   const auto prompt = random_ids(20, 19);
   MkRun reference;
   for (int ablate : {0, 1, 2, 4, 8, 15}) {
-    ::setenv("MEGAQWEN_MK_ABLATE", std::to_string(ablate).c_str(), 1);
-    cuda::CudaEngine mk(model_, mk_options(512));
-    ::unsetenv("MEGAQWEN_MK_ABLATE");
+    cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_ABLATE", std::to_string(ablate));
     ASSERT_EQ(mk.megakernel()->ablate(), uint32_t(ablate));
     mk.prefill(prompt);
     const MkRun run = run_megakernel(mk, 321, 48);
@@ -517,9 +533,7 @@ TEST_F(MegakernelTiny, AblationsChangeNothingButTiming) {
     }
     expect_same_bits(run, reference, "MEGAQWEN_MK_ABLATE=" + std::to_string(ablate));
   }
-  ::setenv("MEGAQWEN_MK_ABLATE", "16", 1);
-  EXPECT_THROW(cuda::CudaEngine(model_, mk_options(512)), Error);
-  ::unsetenv("MEGAQWEN_MK_ABLATE");
+  expect_refused("MEGAQWEN_MK_ABLATE", {"16", "x"});
 }
 
 // Who merges the attention splits (MEGAQWEN_MK_MERGE_SPLITS: stage C up to that many non-empty
@@ -530,9 +544,7 @@ TEST_F(MegakernelTiny, MergeSplitsChangeNothingButTiming) {
   const auto prompt = random_ids(60, 23);
   MkRun reference;
   for (const char* merge : {"", "1", "0", "32"}) {
-    if (*merge) ::setenv("MEGAQWEN_MK_MERGE_SPLITS", merge, 1);
-    cuda::CudaEngine mk(model_, mk_options(512));
-    ::unsetenv("MEGAQWEN_MK_MERGE_SPLITS");
+    cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_MERGE_SPLITS", merge);
     mk.prefill(prompt);
     const MkRun run = run_megakernel(mk, 321, 24);  // positions 60..83: the second split of 64 fills
     if (!*merge) {
@@ -541,16 +553,7 @@ TEST_F(MegakernelTiny, MergeSplitsChangeNothingButTiming) {
     }
     expect_same_bits(run, reference, std::string("MEGAQWEN_MK_MERGE_SPLITS=") + merge);
   }
-  for (const char* bad : {"33", "-1", "two"}) {
-    ::setenv("MEGAQWEN_MK_MERGE_SPLITS", bad, 1);
-    try {
-      cuda::CudaEngine mk(model_, mk_options(512));
-      ADD_FAILURE() << "MEGAQWEN_MK_MERGE_SPLITS=" << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("MEGAQWEN_MK_MERGE_SPLITS"), std::string::npos) << e.what();
-    }
-    ::unsetenv("MEGAQWEN_MK_MERGE_SPLITS");
-  }
+  expect_refused("MEGAQWEN_MK_MERGE_SPLITS", {"33", "-1", "two"});
 }
 
 // Flagged vectors (MEGAQWEN_MK_VECTORS=flagged: x, xmid and act carry their token's epoch, the readers
@@ -567,9 +570,7 @@ TEST_F(MegakernelTiny, FlaggedVectorsChangeNothingButTiming) {
   filtered.seed = 3;
   std::vector<MkRun> reference;
   for (const char* vectors : {"", "counters", "flagged"}) {
-    if (*vectors) ::setenv("MEGAQWEN_MK_VECTORS", vectors, 1);
-    cuda::CudaEngine mk(model_, mk_options(512));
-    ::unsetenv("MEGAQWEN_MK_VECTORS");
+    cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_VECTORS", vectors);
     EXPECT_EQ(mk.megakernel()->flagged_vectors(), std::string(vectors) == "flagged");
     mk.prefill(prompt);
     std::vector<MkRun> runs;
@@ -583,16 +584,36 @@ TEST_F(MegakernelTiny, FlaggedVectorsChangeNothingButTiming) {
     for (size_t i = 0; i < runs.size(); ++i)
       expect_same_bits(runs[i], reference[i], std::string("MEGAQWEN_MK_VECTORS=") + vectors + ", launch " + std::to_string(i));
   }
-  for (const char* bad : {"flag", "1", "COUNTERS"}) {
-    ::setenv("MEGAQWEN_MK_VECTORS", bad, 1);
-    try {
-      cuda::CudaEngine mk(model_, mk_options(512));
-      ADD_FAILURE() << "MEGAQWEN_MK_VECTORS=" << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("MEGAQWEN_MK_VECTORS"), std::string::npos) << e.what();
-    }
-    ::unsetenv("MEGAQWEN_MK_VECTORS");
+  expect_refused("MEGAQWEN_MK_VECTORS", {"flag", "1", "COUNTERS"});
+}
+
+// The timing probes (MEGAQWEN_MK_PROBE: no input waits, no weights, both) make meaningless tokens on
+// purpose, never a broken run: each draws every token asked for, in range, two launches in a row, and
+// the engine's decode note says which probe runs. Bad values, and no-waits with flagged vectors (whose
+// readers poll the data, not the counters the probe skips), are refused by name.
+TEST_F(MegakernelTiny, TimingProbesRunEveryTokenAndSayWhatTheyAre) {
+  EXPECT_EQ(cuda::mk::parse_probe("no-waits,no-weights", false), cuda::mk::kProbeAll);
+  EXPECT_EQ(cuda::mk::parse_probe("no-weights", true), cuda::mk::kProbeNoWeights);
+  const auto prompt = random_ids(30, 31);
+  for (const char* probe : {"no-waits", "no-weights", "no-waits,no-weights"}) {
+    SCOPED_TRACE(probe);
+    cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_PROBE", probe);
+    ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
+    EXPECT_EQ(cuda::mk::probe_name(mk.megakernel()->probe()), probe);
+    EXPECT_NE(mk.decode_kernel_note().find(std::string("timing probe ") + probe), std::string::npos)
+        << mk.decode_kernel_note();
+    mk.prefill(prompt);
+    const MkRun first = run_megakernel(mk, 321, 16);
+    const MkRun second = run_megakernel(mk, first.tokens.back(), 8);
+    ASSERT_EQ(first.tokens.size(), 16u);
+    ASSERT_EQ(second.tokens.size(), 8u);
+    for (const MkRun* run : {&first, &second})
+      for (int32_t id : run->tokens) EXPECT_TRUE(id >= 0 && size_t(id) < V()) << id;
+    EXPECT_EQ(mk.position(), int(prompt.size()) + 24);
   }
+  expect_refused("MEGAQWEN_MK_PROBE", {"no-wait", "no-waits,", "1", "no-weights,nothing"});
+  test::ScopedEnv flagged("MEGAQWEN_MK_VECTORS", "flagged");
+  expect_refused("MEGAQWEN_MK_PROBE", {"no-waits"});
 }
 
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the

@@ -11,6 +11,7 @@
 
 #include "megaqwen/model/checkpoint.h"
 #include "model/model_test_util.h"
+#include "scoped_env.h"
 
 namespace megaqwen {
 namespace {
@@ -152,23 +153,7 @@ TEST(Checkpoint, BadFileNamedInMessage) {
   EXPECT_ERROR_HAS(Checkpoint::open(dir), "tensor 'b': data_offsets [24, 48] run past the data section (47 bytes)");
 }
 
-// Sets an environment variable for one scope, restoring the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value->c_str(), 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 TEST(ResolveModelDir, FoldersAndErrors) {
   const auto dir = test::scratch_dir();

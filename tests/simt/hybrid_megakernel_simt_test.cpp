@@ -130,8 +130,10 @@ struct HybridRun {
 
 // A greedy launch of `max_tokens` from position 0 on `ctas` CTAs; `host` keeps the states it leaves.
 // flagged: x, xmid and act as flagged words (Params::x_words), stale (epoch 0, NaN) at the start.
+// probe: Params::probe (timing probes; the counters are signalled as usual).
 template <class C>
-HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, simt::Options emu, bool flagged) {
+HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, simt::Options emu, bool flagged,
+                     uint32_t probe = 0) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t L = C::L, H = C::H;
   std::vector<float> x((L + 1) * H, nan), xmid(L * H, nan), qkv(L * C::kQkvRowFloats, nan),
@@ -185,6 +187,7 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
   p.l2_eps = float(cpu::kDeltaNetL2NormEps);
   p.attn_scale_log2 = float(1.4426950408889634 / std::sqrt(double(C::D)));
   p.temperature = 1.0f;
+  p.probe = probe;
 
   emu.coresident = true;
   emu.dynamic_shared_bytes = C::kSmemBytes;
@@ -225,12 +228,13 @@ double rel_error(const float* a, std::span<const float> b) {
 }
 
 template <class C>
-void run_and_check(int ctas, int max_tokens, simt::Options emu, bool flagged = false) {
-  SCOPED_TRACE(std::string(preset_of<C>()) + ", " + std::to_string(ctas) + " CTAs" + (flagged ? ", flagged vectors" : ""));
+void run_and_check(int ctas, int max_tokens, simt::Options emu, bool flagged = false, uint32_t probe = 0) {
+  SCOPED_TRACE(std::string(preset_of<C>()) + ", " + std::to_string(ctas) + " CTAs" + (flagged ? ", flagged vectors" : "") +
+               (probe ? ", probe " + std::to_string(probe) : ""));
   const auto model = model_for<C>();
   HostHybrid<C> host(*model);
   const int first = 17;
-  const HybridRun r = run_hybrid(host, ctas, first, max_tokens, emu, flagged);
+  const HybridRun r = run_hybrid(host, ctas, first, max_tokens, emu, flagged, probe);
   ASSERT_EQ(r.tokens.size(), size_t(max_tokens));
   EXPECT_EQ(r.finished, 1);
   CpuHybridEngine cpu(model, {.context = kContext, .threads = 1, .bf16_kv_cache = true});
@@ -274,6 +278,29 @@ TEST(SimtHybridMegakernel, TinyHybridsMatchTheCpuEngine) {
   run_and_check<TinyHybridGqa>(5, 6, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 3));
   run_and_check<TinyHybrid>(3, 6, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 5), true);
   run_and_check<TinyHybridGqa>(5, 4, emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 6), true);
+}
+
+// The timing probes on the hybrid stages (MEGAQWEN_MK_PROBE). On one CTA every input wait is met
+// before it is reached, so without the waits the run is still the CPU engine's, states included;
+// on several the probes still draw every token (skipping the waits there races by design: not in the
+// race build).
+TEST(SimtHybridMegakernel, TimingProbesRunEveryToken) {
+  run_and_check<TinyHybrid>(1, 4, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 7), false, mk::kProbeNoWaits);
+  const auto model = model_for<TinyHybrid>();
+#if defined(SIMT_RACE_CHECK)
+  const std::vector<uint32_t> probes = {mk::kProbeNoWeights};
+#else
+  const std::vector<uint32_t> probes = {mk::kProbeNoWeights, mk::kProbeNoWaits, mk::kProbeAll};
+#endif
+  for (uint32_t probe : probes) {
+    SCOPED_TRACE("probe " + std::to_string(probe));
+    HostHybrid<TinyHybrid> host(*model);
+    const HybridRun r =
+        run_hybrid(host, 4, 17, 4, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 8 + probe), false, probe);
+    ASSERT_EQ(r.tokens.size(), 4u);
+    for (int32_t id : r.tokens) EXPECT_TRUE(id >= 0 && id < kVocab) << id;
+    EXPECT_EQ(r.finished, 1);
+  }
 }
 
 // Qwen3.5-0.8B's widths, first four layers: 128 DeltaNet items on 20 CTAs (6 or 7 each), head_dim 256.

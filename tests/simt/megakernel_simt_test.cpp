@@ -147,6 +147,7 @@ struct RunSpec {
   uint32_t ablate = 0;
   int merge_splits = mk::kMergeInOProjMaxSplits;  // Params::merge_splits, as the runner's default
   bool flagged = false;  // x, xmid and act as flagged words (Params::x_words; MEGAQWEN_MK_VECTORS=flagged)
+  uint32_t probe = 0;    // Params::probe (MEGAQWEN_MK_PROBE): timing probes, meaningless tokens
   simt::Options emu;
 };
 
@@ -248,6 +249,7 @@ RunResult run_megakernel(const RunSpec& s) {
   p.eps = float(model->config.rms_norm_eps);
   p.attn_scale_log2 = float(1.4426950408889634 / std::sqrt(double(C::D)));
   p.ablate = s.ablate;
+  p.probe = s.probe;
   // As the runner maps SamplingParams (runner.cpp, launch_once; CudaEngine::megakernel_generate).
   const SamplingParams& sp = s.sampling;
   const bool filtered = !sp.greedy() && sp.top_k > 0;
@@ -356,7 +358,8 @@ int32_t argmax_of(const float* l) {
 
 std::string describe(const RunSpec& s) {
   return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate) +
-         ", merge_splits " + std::to_string(s.merge_splits) + (s.flagged ? ", flagged vectors" : "");
+         ", merge_splits " + std::to_string(s.merge_splits) + (s.flagged ? ", flagged vectors" : "") +
+         (s.probe ? ", probe " + std::to_string(s.probe) : "");
 }
 
 // A greedy run of config C, checked whole: it drew every token, each the argmax of the kernel's own
@@ -494,6 +497,53 @@ TEST(SimtMegakernel, FlaggedVectorsNeedTheirEpochCheck) {
   bool same = r.tokens == ref.tokens && r.logits.size() == ref.logits.size() &&
               std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4) == 0;
   EXPECT_FALSE(same) << "a run that ignores the epochs computed the right logits: the test would not see a broken poll";
+}
+
+// The timing probes (MEGAQWEN_MK_PROBE) break the results on purpose but never the run: every token
+// is drawn and in range, `finished` is set, no cache row outside the run is written, and every counter
+// is signalled as usual. On one CTA each input wait is met before it is reached (the CTA signalled it
+// itself), so there skipping the waits changes no bit: the probe removes the waits and nothing else.
+// The no-weights probe multiplies whatever the ring's buffers hold, so its logits are not the real ones.
+// Skipping the waits on several CTAs races by design: the race build runs only the race-free forms.
+TEST(SimtMegakernel, TimingProbesRunEveryTokenAndRemoveOnlyWhatTheyName) {
+  auto check_run = [](const RunSpec& s, const RunResult& r) {
+    ASSERT_EQ(r.tokens.size(), size_t(s.max_tokens));
+    for (int32_t id : r.tokens) EXPECT_TRUE(id >= 0 && id < kVocab) << id;
+    EXPECT_EQ(r.finished, 1);
+    EXPECT_TRUE(r.cache_outside_untouched);
+    expect_counters(r, s.ctas, s.max_tokens, true);
+  };
+  RunSpec one{.ctas = 1, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult one_ref = run_megakernel(one);
+  {
+    RunSpec s = one;
+    s.probe = mk::kProbeNoWaits;
+    s.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 60);
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    check_run(s, r);
+    EXPECT_EQ(r.tokens, one_ref.tokens);
+    EXPECT_EQ(std::memcmp(r.logits.data(), one_ref.logits.data(), one_ref.logits.size() * 4), 0) << "logits differ";
+  }
+  RunSpec four{.ctas = 4, .pos0 = 90, .max_tokens = 3, .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult four_ref = run_megakernel(four);
+#if defined(SIMT_RACE_CHECK)
+  const std::vector<uint32_t> probes = {mk::kProbeNoWeights};
+#else
+  const std::vector<uint32_t> probes = {mk::kProbeNoWeights, mk::kProbeNoWaits, mk::kProbeAll};
+#endif
+  for (uint32_t probe : probes) {
+    RunSpec s = four;
+    s.probe = probe;
+    s.emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 60 + probe);
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    check_run(s, r);
+    // Without weights the products are not the real ones; without waits the CTAs read rows that
+    // others have not written yet (NaN-poisoned), so neither probe can compute the real logits.
+    EXPECT_NE(std::memcmp(r.logits.data(), four_ref.logits.data(), four_ref.logits.size() * 4), 0)
+        << "the probe computed the real logits: it did not take away what it names";
+  }
 }
 
 // The Gumbel-max draw select_value makes (temperature, then Gumbel(seed, step, id) noise), computed on

@@ -51,6 +51,7 @@ std::string MegakernelDecoder::device_suffix() const {
   std::string s = ", decode: megakernel";
   if (megakernel_->ablate()) s += " (MEGAQWEN_MK_ABLATE=" + std::to_string(megakernel_->ablate()) + ")";
   if (megakernel_->flagged_vectors()) s += " (flagged vectors)";
+  if (megakernel_->probe()) s += " (timing probe " + mk::probe_name(megakernel_->probe()) + ")";
   return s;
 }
 

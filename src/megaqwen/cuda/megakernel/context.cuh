@@ -10,6 +10,8 @@
 
 namespace megaqwen::cuda::mk {
 
+constexpr int kFlagWaitForm = 15;  // Ctx::flags slot: Params::ablate | kSkipWait under kProbeNoWaits
+
 template <class C>
 struct Ctx {
   const Params& p;
@@ -22,7 +24,7 @@ struct Ctx {
   WeightStream<C> stream;
   float* vec;     // C::kScratchFloats of shared memory: the stage's input vector, or attention scratch
   float* red;     // 64 floats of shared memory for block reductions
-  int* flags;     // 16 ints of shared memory for block-uniform decisions
+  int* flags;     // 16 ints of shared memory for block-uniform decisions (flags[kFlagWaitForm]: below)
 
   __device__ Ctx(const Params& params) : p(params), cta(int(blockIdx.x)), ctas(int(gridDim.x)) {
     lay.layers = C::L;
@@ -32,6 +34,13 @@ struct Ctx {
   // Every CTA adds 1 per token to the all-CTA counters: this is the target for token t.
   __device__ uint32_t all_ctas() const { return uint32_t(ctas) * uint32_t(t + 1); }
   __device__ const Part& part(Mat m) const { return sched->part[int(m)]; }
+  // Block-wide: a stage waits for its input counter to reach target (sync.cuh, wait_at_least). The
+  // timing probe kProbeNoWaits skips the wait, keeping the barrier that ends it. The form (ablate bits
+  // and kSkipWait) comes from shared memory, set once at the start: computed from Params at each wait,
+  // it cost the Qwen3.5-0.8B instantiation 48 more bytes of spill loads in the attention stage.
+  __device__ void wait_input(const uint32_t* ctr, uint32_t target) const {
+    wait_at_least(ctr, target, uint32_t(flags[kFlagWaitForm]));
+  }
   // Whether stage C merges this token's attention splits itself (layout.h, merge_in_o_proj): the same
   // answer on every CTA, from the position alone. Not in the Qwen3.5 hybrids: with it compiled in,
   // ptxas spilled 3x more in the 0.8B instantiation (580 against 200 bytes of spill loads, moved into

@@ -75,6 +75,19 @@ constexpr uint32_t kAblateSplitMerge = 8;      // the last attention split to ar
                                                // (ticket -> merge -> AttnReady) instead of stage C
 constexpr uint32_t kAblateAll = kAblateDeferredRefill | kAblateFences | kAblateRelaxedSpin | kAblateSplitMerge;
 
+// ---- timing probes ----
+// What-if runs that break the results on purpose (Params::probe, MEGAQWEN_MK_PROBE): each removes one
+// of the two things a token's time is made of, so a benchmark can split it (docs/MEGAKERNEL.md,
+// "Timing probes"). The drawn tokens are meaningless; only the time counts.
+constexpr uint32_t kProbeNoWaits = 1;    // the stages' input waits (QkvReady, AttnReady, ODone, MlpDone,
+                                         // DownDone) return at once: what is left is the weight stream,
+                                         // the work and one grid-wide edge per token (the LM head's ticket
+                                         // and Step, kept, so a CTA never runs more than a token ahead)
+constexpr uint32_t kProbeNoWeights = 2;  // the weight stream copies nothing and never waits: the stages
+                                         // multiply whatever the ring's buffers hold; what is left is the
+                                         // chain of edges and the work
+constexpr uint32_t kProbeAll = kProbeNoWaits | kProbeNoWeights;
+
 // ---- attention work split ----
 // Splits per kv head for `ctas` CTAs: one (kv head, split) item per CTA.
 MEGAQWEN_MK_HD constexpr int attention_splits(int ctas, int kv_heads) {
@@ -273,6 +286,7 @@ struct Params {
   float l2_eps;           // DeltaNet q / k l2 norm (cpu::kDeltaNetL2NormEps)
   float attn_scale_log2;  // log2(e) / sqrt(D)
   uint32_t ablate;        // kAblate* bits (0 in production)
+  uint32_t probe;         // kProbe* bits: timing probes whose results are meaningless (0 in production)
   // Token selection (select.cuh). Every mode first applies the penalties (counts != null) and the
   // temperature to the raw logit, as the CPU Sampler. Then either
   //   top_k == 0: argmax: greedy (temperature 1, no gumbel) or argmax(l / T + Gumbel(seed, step0 + t, id));

@@ -46,7 +46,10 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
   c.red = reinterpret_cast<float*>(small + kSmallRed);
   c.flags = reinterpret_cast<int*>(small + kSmallFlags);
   c.sched = reinterpret_cast<Schedule<C>*>(small + kSmallSched);
-  if (threadIdx.x == 0) c.sched->init(c.cta, c.ctas, p.vocab, p.delta_layers);
+  if (threadIdx.x == 0) {
+    c.sched->init(c.cta, c.ctas, p.vocab, p.delta_layers);
+    c.flags[kFlagWaitForm] = int(p.ablate | ((p.probe & kProbeNoWaits) ? kSkipWait : 0u));
+  }
   c.stream.init(smem, reinterpret_cast<uint64_t*>(small + kSmallBars), c.sched, &p);  // syncs
   c.stream.prime();  // the first weight chunks are in flight before anything else happens
   c.token = p.first_token;

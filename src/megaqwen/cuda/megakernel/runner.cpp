@@ -44,6 +44,33 @@ std::string shape_description(const Shape& s) {
 
 }  // namespace
 
+uint32_t parse_probe(const std::string& value, bool flagged_vectors) {
+  uint32_t probe = 0;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = value.find(',', at);
+    const std::string part = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (part == "no-waits") probe |= kProbeNoWaits;
+    else if (part == "no-weights") probe |= kProbeNoWeights;
+    else
+      fail("MEGAQWEN_MK_PROBE must be 'no-waits', 'no-weights' or both joined by a comma (timing probes whose "
+           "tokens are meaningless); got '{}'", value);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if ((probe & kProbeNoWaits) && flagged_vectors)
+    fail("MEGAQWEN_MK_PROBE=no-waits skips the counter waits and cannot be combined with MEGAQWEN_MK_VECTORS=flagged "
+         "(its readers poll the data itself)");
+  return probe;
+}
+
+std::string probe_name(uint32_t probe) {
+  std::string s;
+  if (probe & kProbeNoWaits) s += "no-waits";
+  if (probe & kProbeNoWeights) s += s.empty() ? "no-weights" : ",no-weights";
+  return s;
+}
+
 std::string Megakernel::unsupported_reason(const ModelConfig& c, int device) {
   const Shape shape = shape_of(c);
   if (c.num_layers > kMaxLayers) return "the megakernel runs at most " + std::to_string(kMaxLayers) + " layers";
@@ -104,6 +131,11 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
       fail("MEGAQWEN_MK_VECTORS must be 'counters' (x, xmid and act waited for on all-CTA counters) or "
            "'flagged' (the words carry their token's epoch and the readers poll them); got '{}'", env);
     flagged_ = v == "flagged";
+  }
+  if (const char* env = std::getenv("MEGAQWEN_MK_PROBE"); env && *env) {
+    probe_ = parse_probe(env, flagged_);
+    std::fprintf(stderr, "megakernel: timing probe %s: the drawn tokens are meaningless, only the time counts\n",
+                 probe_name(probe_).c_str());
   }
   scale_log2_ = float(1.4426950408889634 / std::sqrt(double(c.head_dim)));
 
@@ -296,7 +328,8 @@ std::string Megakernel::describe() const {
          " attention splits per kv head" +
          (shape_.hybrid ? std::string() : " (stage C merges up to " + std::to_string(merge_splits_) + ")") +
          (flagged_ ? ", flagged vectors" : "") +
-         (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string());
+         (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string()) +
+         (probe_ ? ", timing probe " + probe_name(probe_) + " (meaningless tokens)" : std::string());
 }
 
 int Megakernel::run(int pos, const RunRequest& req, const TokenSink& on_token) {
@@ -432,6 +465,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.l2_eps = float(cpu::kDeltaNetL2NormEps);
   p.attn_scale_log2 = scale_log2_;
   p.ablate = ablate_;
+  p.probe = probe_;
   p.temperature = req.gumbel || req.top_k > 0 || req.nucleus ? req.temperature : 1.0f;  // greedy: penalties only
   p.gumbel = req.gumbel ? 1 : 0;
   p.seed = req.seed;

@@ -23,6 +23,12 @@
 
 namespace megaqwen::cuda::mk {
 
+// MEGAQWEN_MK_PROBE (layout.h, kProbe*): "no-waits", "no-weights" or both joined by a comma. The
+// no-waits probe skips the counter waits, so it is refused with flagged vectors (whose readers poll
+// the data itself). Throws megaqwen::Error naming the bad value.
+uint32_t parse_probe(const std::string& value, bool flagged_vectors);
+std::string probe_name(uint32_t probe);  // "no-waits,no-weights"
+
 // What the kernel reads and writes of one engine, in the GPU layout both paths share: per layer its
 // weights, KV cache rows and (DeltaNet layers) states; the embedding, the LM head, the final norm and
 // the RoPE frequencies. The engine keeps every buffer alive as long as the Megakernel.
@@ -90,6 +96,7 @@ class Megakernel {
   uint64_t launches() const { return launches_; }  // kernel launches so far
   uint32_t ablate() const { return ablate_; }       // kAblate* bits in effect (0: none)
   bool flagged_vectors() const { return flagged_; }  // MEGAQWEN_MK_VECTORS=flagged
+  uint32_t probe() const { return probe_; }          // kProbe* bits (MEGAQWEN_MK_PROBE; 0: none)
   std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
   // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
   std::string timing_report() const;
@@ -138,6 +145,7 @@ class Megakernel {
   int merge_splits_ = kMergeInOProjMaxSplits;  // Params::merge_splits (MEGAQWEN_MK_MERGE_SPLITS)
   bool flagged_ = false;  // MEGAQWEN_MK_VECTORS=flagged: x, xmid and act as flagged words (layout.h, Params::x_words)
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
+  uint32_t probe_ = 0;   // MEGAQWEN_MK_PROBE (layout.h, kProbe*): timing probes, meaningless tokens
   uint64_t timed_tokens_ = 0;
   uint64_t launches_ = 0;
   std::vector<unsigned long long> timing_sum_;

@@ -213,7 +213,7 @@ __device__ void attention_item(Ctx<C>& c, int l, int g, int split) {
 
   if (begin < end) {
     constexpr uint32_t group_rows = uint32_t((C::kHybrid ? 2 * G + 2 : G + 2) * D);
-    if (!c.flagged_qkv()) wait_at_least(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * group_rows, c.p.ablate);
+    if (!c.flagged_qkv()) c.wait_input(c.counter(Counter::QkvReady, l, g), uint32_t(c.t + 1) * group_rows);
     // Prologue: warps 0..G-1 normalize + rotate the group's q heads; warp G the k head (and, for the
     // split that holds the new position, appends k and v to the cache).
     const float* qkv = c.p.qkv + size_t(l) * C::kQkvRowFloats;

@@ -19,7 +19,7 @@ template <class C>
 __device__ void stage_delta_out(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::OProj, &c.stream.weight_wait_ns);
   if (c.part(Mat::Out).rows > 0) {
-    wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::DELTA_ITEMS), c.p.ablate);
+    c.wait_input(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::DELTA_ITEMS));
     timer.waited();
     load_vec(c.p.attn + size_t(l) * C::kAttnRowFloats, C::VD, c.vec);
     const float* z = c.p.qkv + size_t(l) * C::kQkvRowFloats + C::CD;

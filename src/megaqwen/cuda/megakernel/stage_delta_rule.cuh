@@ -34,7 +34,7 @@ __device__ void delta_rule_item(Ctx<C>& c, int l, int hv, int cb) {
   float* part = sk + DK;      // [kThreads] partial column sums
   float* sm = part + kThreads;  // [CB] m of the columns
 
-  wait_at_least(c.counter(Counter::QkvReady, l, hk), uint32_t(c.t + 1) * uint32_t(delta_group_count<C>()), c.p.ablate);
+  c.wait_input(c.counter(Counter::QkvReady, l, hk), uint32_t(c.t + 1) * uint32_t(delta_group_count<C>()));
   if (warp < 2) {
     const float* src = in + (warp == 0 ? 0 : C::NK * DK) + hk * DK;
     float* dst = warp == 0 ? sq : sk;

@@ -20,7 +20,7 @@ __device__ void stage_down(Ctx<C>& c, int l) {
       timer.waited();
       __syncthreads();
     } else {
-      wait_at_least(c.counter(Counter::MlpDone, l), c.all_ctas(), c.p.ablate);
+      c.wait_input(c.counter(Counter::MlpDone, l), c.all_ctas());
       timer.waited();
       load_vec(c.p.act + size_t(l) * C::I, C::I, c.vec);
     }

@@ -42,7 +42,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
       timer.waited();
       rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, c.p.final_norm, c.p.eps, c.vec, c.red);
     } else {
-      wait_at_least(c.counter(Counter::DownDone, C::L - 1), c.all_ctas(), c.p.ablate);
+      c.wait_input(c.counter(Counter::DownDone, C::L - 1), c.all_ctas());
       timer.waited();
       const float* xf = c.p.x + size_t(C::L) * C::H;
       rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);

@@ -23,7 +23,7 @@ __device__ void stage_mlp(Ctx<C>& c, int l) {
       timer.waited();
       rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);
     } else {
-      wait_at_least(c.counter(Counter::ODone, l), c.all_ctas(), c.p.ablate);
+      c.wait_input(c.counter(Counter::ODone, l), c.all_ctas());
       timer.waited();
       const float* xm = c.p.xmid + size_t(l) * C::H;
       rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xm + i); }, norm_w, c.p.eps, c.vec, c.red);

@@ -21,7 +21,7 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
   if (c.part(Mat::O).rows > 0) {
     const bool flagged = c.flagged_qkv();  // polling the partials or attn's words is the wait
     if (!flagged) {
-      wait_at_least(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS * c.p.splits), c.p.ablate);
+      c.wait_input(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS * c.p.splits));
       timer.waited();
     }
     if (c.o_proj_merges()) {

@@ -31,7 +31,7 @@ __device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups,
     timer.waited();
     rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);
   } else {
-    if (l > 0) wait_at_least(c.counter(Counter::DownDone, l - 1), c.all_ctas(), c.p.ablate);
+    if (l > 0) c.wait_input(c.counter(Counter::DownDone, l - 1), c.all_ctas());
     timer.waited();
     rms_norm_to_smem<C::H>([&](int i) { return c.residual(l, i); }, norm_w, c.p.eps, c.vec, c.red);
   }

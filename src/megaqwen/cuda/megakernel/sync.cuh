@@ -130,8 +130,10 @@ __device__ __forceinline__ void spin_round(int spins) {
 }
 
 // Block-wide: returns once *counter >= target (wrap-free: counters stay far below 2^31 in a launch).
+// kSkipWait in `ablate`: returns after the barrier without polling (the timing probe kProbeNoWaits).
+constexpr uint32_t kSkipWait = 1u << 31;
 __device__ __forceinline__ void wait_at_least(const uint32_t* counter, uint32_t target, uint32_t ablate = 0) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && !(ablate & kSkipWait)) {
     int spins = 0;
     if (!(ablate & kAblateRelaxedSpin)) {
       while (int32_t(ld_acquire(counter) - target) < 0)
