@@ -184,27 +184,48 @@ __device__ __forceinline__ bool has_epoch(uint64_t w, uint32_t epoch) {
   return flag_of(w) == epoch;
 }
 
-// Thread-level: loads the words src[i], i = threadIdx.x + j * kThreads (j < PER, i < n), into w,
-// polling each until it carries `epoch`. All of a thread's loads are in flight at once; only the
-// words not yet written are loaded again.
-template <int PER>
-__device__ __forceinline__ void load_flagged(const uint64_t* src, int n, uint32_t epoch, uint64_t (&w)[PER]) {
+// Thread-level: w[j] = *addr(j) for j < N (with kMaySkip, addr(j) null: skipped), each polled until
+// it carries `epoch`; all N loads in flight at once. Every poller of flagged words goes through here.
+template <int N, bool kMaySkip = true, class Addr>
+__device__ __forceinline__ void load_flagged_each(Addr&& addr, uint32_t epoch, uint64_t (&w)[N]) {
 #pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = int(threadIdx.x) + j * kThreads;
-    w[j] = i < n ? ld_relaxed_u64(src + i) : (uint64_t(epoch) << 32);
+  for (int j = 0; j < N; ++j) {
+    const uint64_t* a = addr(j);
+    w[j] = !kMaySkip || a ? ld_relaxed_u64(a) : (uint64_t(epoch) << 32);
   }
   for (int spins = 0;; ++spins) {
     bool ready = true;
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
+    for (int j = 0; j < N; ++j) {
       if (has_epoch(w[j], epoch)) continue;
       ready = false;
-      w[j] = ld_relaxed_u64(src + threadIdx.x + j * kThreads);
+      w[j] = ld_relaxed_u64(addr(j));
     }
     if (ready) return;
     spin_round(spins);
   }
+}
+
+// Thread-level: loads the words src[i], i = threadIdx.x + j * kThreads (j < PER, i < n), into w,
+// polling each until it carries `epoch`.
+template <int PER>
+__device__ __forceinline__ void load_flagged(const uint64_t* src, int n, uint32_t epoch, uint64_t (&w)[PER]) {
+  load_flagged_each<PER>(
+      [&](int j) -> const uint64_t* {
+        const int i = int(threadIdx.x) + j * kThreads;
+        return i < n ? src + i : nullptr;
+      },
+      epoch, w);
+}
+
+// Thread-level: v[e] = the value of src[32 e] (src: this lane's first word of a row a warp reads),
+// each polled until it carries `epoch`; all E loads in flight at once.
+template <int E>
+__device__ __forceinline__ void load_flagged_lane(const uint64_t* src, uint32_t epoch, float (&v)[E]) {
+  uint64_t w[E];
+  load_flagged_each<E, false>([&](int e) { return src + 32 * e; }, epoch, w);
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = value_of(w[e]);
 }
 
 // Thread-level: the value of one flagged word, polled until it carries `epoch`.
@@ -233,50 +254,6 @@ __device__ __forceinline__ void load_flagged_vec(const uint64_t* src, uint32_t e
       const int i = int(threadIdx.x) + (b + j) * kThreads;
       if (i < N) out[i] = value_of(w[j]);
     }
-  }
-}
-
-// Thread-level: v[e] = the value of src[32 e] (src: this lane's first word of a row a warp reads),
-// each polled until it carries `epoch`; all E loads in flight at once.
-template <int E>
-__device__ __forceinline__ void load_flagged_lane(const uint64_t* src, uint32_t epoch, float (&v)[E]) {
-  uint64_t w[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) w[e] = ld_relaxed_u64(src + 32 * e);
-  for (int spins = 0;; ++spins) {
-    bool ready = true;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      if (has_epoch(w[e], epoch)) continue;
-      ready = false;
-      w[e] = ld_relaxed_u64(src + 32 * e);
-    }
-    if (ready) break;
-    spin_round(spins);
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) v[e] = value_of(w[e]);
-}
-
-// Thread-level: w[j] = *addr(j) for j < N (addr(j) null: skipped), each polled until it carries
-// `epoch`; all N loads in flight at once.
-template <int N, class Addr>
-__device__ __forceinline__ void load_flagged_each(Addr&& addr, uint32_t epoch, uint64_t (&w)[N]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    const uint64_t* a = addr(j);
-    w[j] = a ? ld_relaxed_u64(a) : (uint64_t(epoch) << 32);
-  }
-  for (int spins = 0;; ++spins) {
-    bool ready = true;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      if (has_epoch(w[j], epoch)) continue;
-      ready = false;
-      w[j] = ld_relaxed_u64(addr(j));
-    }
-    if (ready) return;
-    spin_round(spins);
   }
 }
 
