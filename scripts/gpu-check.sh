@@ -29,7 +29,8 @@
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
 #             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
 #             (MEGAQWEN_MK_VECTORS=flagged) and the timing probes (MEGAQWEN_MK_PROBE: no waits, no
-#             weights, both), also on Qwen3.5-0.8B
+#             weights, both), also on Qwen3.5-0.8B; then the per-operator step kernel by kernel
+#             (MEGAQWEN_PEROP_PROFILE) on both models (PEROP PROFILE lines in the log)
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
 #             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors), Qwen3.5-0.8B at depth 1
@@ -396,6 +397,17 @@ mk_stage() {
     done
   fi
   python3 tools/mk_bench_table.py --peak-gb-s "$peak_gb_s" --out "$out/mk-bench.json" "${abl[@]}"
+  # Where the per-operator step's time goes, kernel by kernel (MEGAQWEN_PEROP_PROFILE: the step without
+  # its graph, each kernel between two events), on both families: Qwen3.5's per-op decode (257 tok/s)
+  # is 3.6x Qwen3's per token for 1.3x the bytes, and its megakernel is as far off.
+  local m
+  for m in "qwen3-0.6b:$model" "qwen3.5-0.8b:$hybrid_model"; do
+    [ -f "${m#*:}/model.safetensors" ] || continue
+    MEGAQWEN_DECODE=per-op MEGAQWEN_PEROP_PROFILE=1 timeout --foreground 40 "$mq" bench --model "${m#*:}" --device cuda \
+      --ctx 5000 --prompt-len 0 --depth 1 --tokens 32 --repeats 1 >"$tmp/perop-profile.txt" 2>&1 ||
+      echo "PEROP PROFILE ${m%%:*} FAILED"
+    awk -v w="${m%%:*}" '/per-op decode kernels/ {p=1} p && NF {print "PEROP PROFILE " w ": " $0}' "$tmp/perop-profile.txt"
+  done
 }
 
 # Where the megakernel's decode time goes: megaqwen-mk-timing (build-gpu.sh: the same code with the
@@ -459,7 +471,7 @@ stage tests 180 tests_stage
 stage cli 60 cli_stage
 stage verify 90 verify_stage
 stage bench 60 bench_stage
-stage mk 150 mk_stage
+stage mk 210 mk_stage
 stage mk-timing 90 mk_timing_stage
 stage memcheck 240 memcheck_stage
 stage mk-sizes 300 mk_sizes_stage

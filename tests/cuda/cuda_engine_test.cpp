@@ -23,6 +23,7 @@
 #include "cuda/model_fixture.h"
 #include "engine/hf_fixture.h"
 #include "model/model_test_util.h"
+#include "scoped_env.h"
 #include "megaqwen/cuda/cuda_engine.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
@@ -176,6 +177,49 @@ TEST_F(CudaEngineTest, GraphReplayEqualsDirectLaunchesBitForBit) {
     auto b = direct.decode(id);
     ASSERT_EQ(av, std::vector<float>(b.begin(), b.end()));
   }
+}
+
+// MEGAQWEN_PEROP_PROFILE=1 runs the per-operator step without its graph, each kernel between two
+// events: the logits stay the graph's bit for bit, only decode steps count as steps (not prefill),
+// every step launches the same kernels, the device draws are timed into the same table, and the
+// table's rows add up to its total.
+TEST_F(CudaEngineTest, PerOpProfileTimesEveryKernelAndChangesNoBit) {
+  const auto ids = random_ids(12, 6);
+  cuda::CudaEngine plain(model_, {.context = 128});
+  test::ScopedEnv env("MEGAQWEN_PEROP_PROFILE", "1");
+  cuda::CudaEngine profiled(model_, {.context = 128});
+  const std::span<const int32_t> prompt(ids.data(), 4);
+  plain.prefill(prompt);
+  profiled.prefill(prompt);
+  const cuda::KernelProfile* profile = profiled.decode_step_profile();
+  ASSERT_NE(profile, nullptr);
+  EXPECT_EQ(profile->steps(), 0u);
+  EXPECT_EQ(profiled.decode_profile(), "") << "a table before any decode step";
+  uint64_t per_step = 0;
+  for (size_t i = 4; i < ids.size(); ++i) {
+    auto a = plain.decode(ids[i]);
+    std::vector<float> av(a.begin(), a.end());
+    auto b = profiled.decode(ids[i]);
+    ASSERT_EQ(av, std::vector<float>(b.begin(), b.end())) << "step " << i;
+    EXPECT_EQ(profile->steps(), i - 3);
+    if (i == 4) per_step = profile->launches();
+    EXPECT_EQ(profile->launches(), per_step * (i - 3)) << "every step launches the same kernels";
+  }
+  EXPECT_GE(per_step, uint64_t(3 * model_->config.num_layers)) << "fewer kernels than a step has";
+  SamplingParams sp;
+  sp.temperature = 0.7f;
+  sp.top_k = 5;
+  sp.seed = 1;
+  const uint64_t before_draw = profile->launches();
+  ASSERT_TRUE(profiled.sample_on_device(sp, ids, kNoLogprobs).has_value());
+  EXPECT_GT(profile->launches(), before_draw) << "the draw's kernels were not timed";
+  const std::string table = profiled.decode_profile();
+  EXPECT_NE(table.find("per-op decode kernels"), std::string::npos) << table;
+  EXPECT_NE(table.find("total"), std::string::npos) << table;
+  if (!test::kEmulatedDevice) {
+    EXPECT_NE(table.find("gemv"), std::string::npos) << "kernels named by the runtime\n" << table;
+  }
+  EXPECT_EQ(plain.decode_step_profile(), nullptr);
 }
 
 TEST_F(CudaEngineTest, TruncateThenRedecodeReproducesLogits) {

@@ -1,7 +1,8 @@
 // What the CUDA engine says on devices it cannot use, shown on emulated devices configured to be them
 // (no device, too little memory or shared memory, an sm_80 part, too few SMs): a clear error naming
 // what is missing, or the per-operator path with the reason, and nothing left allocated after a
-// constructor that throws. These need a particular device, so they exist only here.
+// constructor that throws. These need a particular device, so they exist only here. Also what only
+// the emulator can count: the kernels a profiled per-operator step runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "megaqwen/engine/create_engine.h"
 #include "megaqwen/sampling/sampler.h"
 #include "megaqwen/util/error.h"
+#include "scoped_env.h"
 #include "simt/emulated_runtime.h"
 
 namespace megaqwen {
@@ -53,6 +55,41 @@ class EmulatedDeviceTest : public ::testing::Test {
   simt_runtime::DeviceConfig saved_;
   std::shared_ptr<const Model> model_;
 };
+
+// MEGAQWEN_PEROP_PROFILE=1: every kernel the per-operator steps run is in the profile, once per
+// launch, with no graph launched; the hybrid engine's steps too. Without it the step is one graph.
+TEST_F(EmulatedDeviceTest, PerOpProfileTimesEveryKernelTheStepsRun) {
+  auto count = [](cuda::CudaEngine& engine, auto&& work) {
+    const simt_runtime::Stats before = simt_runtime::stats();
+    work(engine);
+    const simt_runtime::Stats after = simt_runtime::stats();
+    return std::pair(after.kernels - before.kernels, after.graph_launches - before.graph_launches);
+  };
+  {
+    cuda::CudaEngine plain(model_, {.context = 64});
+    plain.decode(3);  // captures the graph
+    const auto [kernels, graphs] = count(plain, [](cuda::CudaEngine& e) { e.decode(5), e.decode(7); });
+    EXPECT_EQ(graphs, 2u);
+    EXPECT_GT(kernels, 0u);
+  }
+  test::ScopedEnv env("MEGAQWEN_PEROP_PROFILE", "1");
+  cuda::CudaEngine profiled(model_, {.context = 64});
+  profiled.decode(3);
+  const uint64_t timed_before = profiled.decode_step_profile()->launches();
+  const auto [kernels, graphs] = count(profiled, [](cuda::CudaEngine& e) { e.decode(5), e.decode(7); });
+  EXPECT_EQ(graphs, 0u) << "a profiled step runs without its graph";
+  EXPECT_EQ(profiled.decode_step_profile()->launches() - timed_before, kernels) << "a kernel the profile missed";
+  EXPECT_EQ(profiled.decode_step_profile()->steps(), 3u);
+
+  cuda::CudaHybridEngine hybrid(test::tiny_hybrid_model("tiny-hybrid"), {.context = 64});
+  const uint64_t before = simt_runtime::stats().kernels;
+  hybrid.decode(3);
+  hybrid.decode(4);
+  ASSERT_NE(hybrid.decode_step_profile(), nullptr);
+  EXPECT_EQ(hybrid.decode_step_profile()->launches(), simt_runtime::stats().kernels - before);
+  EXPECT_EQ(hybrid.decode_step_profile()->steps(), 2u);
+  EXPECT_NE(hybrid.decode_profile().find("per-op decode kernels"), std::string::npos);
+}
 
 TEST_F(EmulatedDeviceTest, NoDeviceFallsBackToTheCpuOrFailsWithTheReason) {
   set([](simt_runtime::DeviceConfig& c) { c.devices = 0; });

@@ -313,6 +313,7 @@ uint64_t CudaEngine::kv_bytes_per_token() const {
 
 std::optional<DeviceDraw> CudaEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                                        int logprobs) {
+  KernelProfile::Scope profiled(step_.profile());  // MEGAQWEN_PEROP_PROFILE: the draw's kernels too
   return sampler_.sample(logits_.data(), params, history, logprobs);
 }
 

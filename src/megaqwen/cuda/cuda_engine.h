@@ -83,7 +83,9 @@ class CudaEngine final : public Engine {
                                         const SamplingParams& params, std::span<const int32_t> history, int logprobs,
                                         const DrawSink& on_draw) override;
   // Why generate_on_device would return nullopt for these params (empty: it would run them).
-  std::string decode_profile() const override { return decoder_.profile(); }
+  std::string decode_profile() const override { return decoder_.profile() + step_.profile_report(); }
+  // MEGAQWEN_PEROP_PROFILE: the per-operator step's kernel times (kernel_profile.h); null otherwise.
+  const KernelProfile* decode_step_profile() const { return step_.profile(); }
   std::string megakernel_unsupported_reason(const SamplingParams& params) const;
   // As generate_on_device, for tests: also writes each step's raw logits to device memory
   // logits_out [max_tokens, V] (null: not written); fails if the megakernel is not in use.

@@ -410,6 +410,7 @@ int CudaHybridEngine::megakernel_generate(int32_t token, int max_tokens, std::sp
 
 std::optional<DeviceDraw> CudaHybridEngine::sample_on_device(const SamplingParams& params, std::span<const int32_t> history,
                                                              int logprobs) {
+  KernelProfile::Scope profiled(step_.profile());  // MEGAQWEN_PEROP_PROFILE: the draw's kernels too
   return sampler_.sample(logits_.data(), params, history, logprobs);
 }
 

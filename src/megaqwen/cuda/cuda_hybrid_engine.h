@@ -75,7 +75,9 @@ class CudaHybridEngine final : public Engine {
   std::optional<int> generate_on_device(int32_t token, int max_tokens, std::span<const int32_t> eos_ids,
                                         const SamplingParams& params, std::span<const int32_t> history, int logprobs,
                                         const DrawSink& on_draw) override;
-  std::string decode_profile() const override { return decoder_.profile(); }
+  std::string decode_profile() const override { return decoder_.profile() + step_.profile_report(); }
+  // MEGAQWEN_PEROP_PROFILE: the per-operator step's kernel times (kernel_profile.h); null otherwise.
+  const KernelProfile* decode_step_profile() const { return step_.profile(); }
   std::string megakernel_unsupported_reason(const SamplingParams& params) const;
   int megakernel_generate(int32_t token, int max_tokens, std::span<const int32_t> eos_ids, const SamplingParams& params,
                           std::span<const int32_t> history, int logprobs, const DrawSink& on_draw,

@@ -1,8 +1,16 @@
 #include "megaqwen/cuda/decode_step.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "megaqwen/cuda/cuda_check.h"
 
 namespace megaqwen::cuda {
+
+DecodeStep::DecodeStep(size_t vocab_size) : io_(2), host_logits_(vocab_size) {
+  if (const char* env = std::getenv("MEGAQWEN_PEROP_PROFILE"); env && *env && std::string(env) != "0")
+    profile_ = std::make_unique<KernelProfile>();
+}
 
 DecodeStep::~DecodeStep() {
   if (exec_) cudaGraphExecDestroy(exec_);
@@ -12,6 +20,12 @@ void DecodeStep::run(cudaStream_t stream, int32_t token, int position, bool use_
                      const std::function<void()>& enqueue) {
   const int32_t in[2] = {token, position};  // pageable: staged before cudaMemcpyAsync returns
   CUDA_CHECK(cudaMemcpyAsync(io_.data(), in, sizeof in, cudaMemcpyHostToDevice, stream));
+  if (profile_) {  // eager, each kernel between two events (the graph would hide the launches)
+    KernelProfile::Scope scope(profile_.get());
+    enqueue();
+    profile_->count_step();
+    return;
+  }
   if (!use_graph) {
     enqueue();
     return;

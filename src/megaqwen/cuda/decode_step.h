@@ -2,35 +2,40 @@
 // changes between steps (the token and its position) from a 2-int device buffer written before each
 // launch, so its fixed kernel sequence is captured into a CUDA graph the first time it runs and
 // replayed after that (one launch instead of a few hundred). It also brings logits back to the host
-// (pinned memory, so the copy is asynchronous until the one synchronization).
+// (pinned memory, so the copy is asynchronous until the one synchronization). With
+// MEGAQWEN_PEROP_PROFILE=1 it runs the step without the graph, each kernel timed (kernel_profile.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 
 #include "megaqwen/cuda/device_buffer.h"
+#include "megaqwen/cuda/kernel_profile.h"
 
 namespace megaqwen::cuda {
 
 class DecodeStep {
  public:
   DecodeStep() = default;
-  explicit DecodeStep(size_t vocab_size) : io_(2), host_logits_(vocab_size) {}
+  explicit DecodeStep(size_t vocab_size);
   ~DecodeStep();
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
   DecodeStep(DecodeStep&& other) noexcept
       : io_(std::move(other.io_)),
         host_logits_(std::move(other.host_logits_)),
-        exec_(std::exchange(other.exec_, nullptr)) {}
+        exec_(std::exchange(other.exec_, nullptr)),
+        profile_(std::move(other.profile_)) {}
   DecodeStep& operator=(DecodeStep&& other) noexcept {
     std::swap(io_, other.io_);
     std::swap(host_logits_, other.host_logits_);
     std::swap(exec_, other.exec_);
+    std::swap(profile_, other.profile_);
     return *this;
   }
 
@@ -46,10 +51,16 @@ class DecodeStep {
   // logits [V] (device, written by work on `stream`) on the host, valid until the next call.
   std::span<const float> logits_to_host(const float* logits, cudaStream_t stream);
 
+  // MEGAQWEN_PEROP_PROFILE: the per-kernel times of the steps run so far (null: not profiling). The
+  // engines also time their device sampling into it (KernelProfile::Scope).
+  KernelProfile* profile() const { return profile_.get(); }
+  std::string profile_report() const { return profile_ ? profile_->report() : std::string(); }
+
  private:
   DeviceBuffer<int32_t> io_;         // [2]: token, position
   PinnedBuffer<float> host_logits_;  // [V]
   cudaGraphExec_t exec_ = nullptr;
+  std::unique_ptr<KernelProfile> profile_;
 };
 
 }  // namespace megaqwen::cuda

@@ -39,6 +39,7 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDeviceFunction = 98,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
@@ -126,6 +127,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
+// The emulator keeps no kernel names: cudaErrorInvalidDeviceFunction (KernelProfile names them by address).
+cudaError_t cudaFuncGetName(const char** name, const void* func);
 cudaError_t simt_runtime_func_set_attribute(const void* func, cudaFuncAttribute attr, int value);
 cudaError_t simt_runtime_occupancy(int* blocks, const void* func, int threads, size_t dynamic_smem);
 template <class T>
