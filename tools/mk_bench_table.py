@@ -7,7 +7,13 @@ Usage: mk_bench_table.py --out merged.json MODEL:KERNEL:FILE [MODEL:KERNEL:FILE 
 KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its own column
 (megakernel-topk: Qwen's sampling defaults; megakernel-nucleus: top-p without a top-k;
 megakernel-logprobs: greedy draws scored in the kernel; ablate-N:
-MEGAQWEN_MK_ABLATE=N; merge-N: MEGAQWEN_MK_MERGE_SPLITS=N).
+MEGAQWEN_MK_ABLATE=N; merge-N: MEGAQWEN_MK_MERGE_SPLITS=N; counters / flagged:
+MEGAQWEN_MK_VECTORS; probe-P: the timing probe MEGAQWEN_MK_PROBE=P).
+
+Where the timing probes ran (probe-no-waits, probe-no-weights, probe-no-waits,no-weights) it also
+prints, per position, the split of a token's time they give (MK SPLIT lines, docs/MEGAKERNEL.md
+"Timing probes"): the full token (megakernel, else counters), each probe's token, and what the
+waits and the weights cost on top of the rest.
 
 Prints, per model, a markdown table of decode tok/s by position for both kernels, the speedup, the
 achieved GB/s and the fraction of the floor at the card's datasheet bandwidth (4.8 TB/s for the
@@ -19,6 +25,28 @@ import argparse
 import json
 import os
 import sys
+
+
+def us_per_token(result) -> float:
+    return 1e6 / result["median_tok_s"] if result and result.get("median_tok_s") else 0.0
+
+
+def time_split(by_depth: dict) -> list:
+    """MK SPLIT lines from {kernel: decode result} at one position: the full token against the probes."""
+    full = by_depth.get("megakernel") or by_depth.get("counters")
+    waits, weights = by_depth.get("probe-no-waits"), by_depth.get("probe-no-weights")
+    neither = by_depth.get("probe-no-waits,no-weights")
+    if not full or not (waits or weights):
+        return []
+    t = us_per_token(full)
+    parts = [f"full {t:.0f} us"]
+    if waits:
+        parts.append(f"no waits {us_per_token(waits):.0f} (the waits cost {t - us_per_token(waits):.0f})")
+    if weights:
+        parts.append(f"no weights {us_per_token(weights):.0f} (the weights cost {t - us_per_token(weights):.0f})")
+    if neither:
+        parts.append(f"neither {us_per_token(neither):.0f} (the work and one edge per token)")
+    return ["; ".join(parts)]
 
 
 def main() -> int:
@@ -78,6 +106,9 @@ def main() -> int:
                 st = rows[depth].get(k)
                 line += f" {st['median_tok_s']:.0f} |" if st else " - |"
             print(line)
+        for depth in sorted(rows):
+            for split in time_split(rows[depth]):
+                print(f"MK SPLIT {model} position {depth}: {split}")
     return 0
 
 
