@@ -4,6 +4,8 @@
 // weight chunk (bf16 rows in shared memory) with an fp32 vector in shared memory.
 #pragma once
 
+#include <type_traits>
+
 #include "megaqwen/cuda/kernels/common.cuh"
 #include "megaqwen/cuda/megakernel/stream.cuh"
 #include "megaqwen/cuda/megakernel/sync.cuh"
@@ -98,9 +100,13 @@ struct Ctx {
 };
 
 // out[i] = w[i] * (src(i) * rsqrt(mean(src^2) + eps)) for i < N, in the CPU reference's order;
-// every CTA computes the whole vector itself (no edge to wait on). Ends with __syncthreads.
+// every CTA computes the whole vector itself (no edge to wait on). Ends with __syncthreads. The
+// weights are asked into L1 first (prefetch_l1), so that their round trip runs beside the block
+// reduction instead of after it, on the path to the stage's products. (Held in registers instead,
+// they made ptxas spill 3-6x more in the 4B and Qwen3.5-0.8B configs.)
 template <int N, class Src>
 __device__ __forceinline__ void rms_norm_to_smem(Src src, const float* __restrict__ w, float eps, float* out, float* red) {
+  for (int i = threadIdx.x; i < N; i += kThreads) prefetch_l1(w + i);
   float ss = 0.0f;
   for (int i = threadIdx.x; i < N; i += kThreads) {
     const float v = src(i);
@@ -121,19 +127,33 @@ __device__ __forceinline__ void load_vec(const float* src, int n, float* out) {
   __syncthreads();
 }
 
+// What a stage's epilogue adds to its rows' products (the residual), loaded by lane 0 before the
+// products so that its L2 (or HBM) round trip runs beside them instead of after them, on the path to
+// the stage's signal. NoResidual: nothing to load.
+struct NoResidual {
+  __device__ float2 operator()(int, bool) const { return make_float2(0.0f, 0.0f); }
+};
+
 // rows x K bf16 weight rows in shared memory (a chunk) times vec [K] fp32 in shared memory. Warp w
 // takes row pairs (2w, 2w + 1), (2w + 2 kWarps, ...): both rows share each vector load (a gate/up
 // pair lands in one warp). Each lane reads 16 bytes of each row per step (a warp: 512 contiguous
 // bytes, conflict-free); fp32 sums in a fixed order (bit-reproducible for a given CTA count).
-// epi(r, a0, a1, has1) runs on lane 0 for rows r and r + 1 (a1 meaningless when !has1).
-template <int K, class Epi>
-__device__ __forceinline__ void matvec_chunk(const uint8_t* chunk, int rows, const float* vec, Epi&& epi) {
+// epi(r, a0, a1, has1) runs on lane 0 for rows r and r + 1 (a1 meaningless when !has1); with a
+// residual (res(r, has1): the values for rows r and r + 1, loaded by lane 0 before the products),
+// epi(r, a0 + res.x, a1 + res.y, has1).
+template <int K, class Epi, class Res = NoResidual>
+__device__ __forceinline__ void matvec_chunk(const uint8_t* chunk, int rows, const float* vec, Epi&& epi, Res&& res = {}) {
   constexpr int K8 = K / 8;
+  constexpr bool kResidual = !std::is_same_v<std::decay_t<Res>, NoResidual>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint4* w = reinterpret_cast<const uint4*>(chunk);
   const float4* v4 = reinterpret_cast<const float4*>(vec);
   for (int r = 2 * warp; r < rows; r += 2 * kWarps) {
     const bool has1 = r + 1 < rows;
+    float2 base = make_float2(0.0f, 0.0f);
+    if constexpr (kResidual) {
+      if (lane == 0) base = res(r, has1);
+    }
     const uint4* w0 = w + size_t(r) * K8;
     const uint4* w1 = has1 ? w0 + K8 : w0;
     float a0 = 0.0f, a1 = 0.0f;
@@ -153,21 +173,31 @@ __device__ __forceinline__ void matvec_chunk(const uint8_t* chunk, int rows, con
     }
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
-    if (lane == 0) epi(r, a0, a1, has1);
+    if constexpr (kResidual) {
+      if (lane == 0) epi(r, base.x + a0, base.y + a1, has1);
+    } else {
+      if (lane == 0) epi(r, a0, a1, has1);
+    }
   }
 }
 
-// Streams every chunk of matrix m (this CTA's rows of it) through matvec_chunk; epi gets the row
-// index within the whole matrix. The last chunk's refill is deferred: the caller signals its counter,
-// then calls c.stream.flush().
-template <int K, class C, class Epi>
-__device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, Epi&& epi) {
+// Streams every chunk of matrix m (this CTA's rows of it) through matvec_chunk; epi (and res, the
+// residual: matvec_chunk) get the row index within the whole matrix. The last chunk's refill is
+// deferred: the caller signals its counter, then calls c.stream.flush().
+template <int K, class C, class Epi, class Res = NoResidual>
+__device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, Epi&& epi, Res&& res = {}) {
   const Part& pt = c.part(m);
   for (int j = 0; j < pt.chunks; ++j) {
     const int row = pt.row0 + j * pt.chunk_rows;
     const int rows = min(pt.chunk_rows, pt.row0 + pt.rows - row);
     const uint8_t* chunk = c.stream.wait();
-    matvec_chunk<K>(chunk, rows, vec, [&](int r, float a0, float a1, bool has1) { epi(row + r, a0, a1, has1); });
+    if constexpr (std::is_same_v<std::decay_t<Res>, NoResidual>) {
+      matvec_chunk<K>(chunk, rows, vec, [&](int r, float a0, float a1, bool has1) { epi(row + r, a0, a1, has1); });
+    } else {
+      matvec_chunk<K>(
+          chunk, rows, vec, [&](int r, float a0, float a1, bool has1) { epi(row + r, a0, a1, has1); },
+          [&](int r, bool has1) { return res(row + r, has1); });
+    }
     if (j == pt.chunks - 1 && !(c.p.ablate & kAblateDeferredRefill)) c.stream.release_deferred();
     else c.stream.release();
   }

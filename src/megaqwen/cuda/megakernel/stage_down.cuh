@@ -24,10 +24,13 @@ __device__ void stage_down(Ctx<C>& c, int l) {
       timer.waited();
       load_vec(c.p.act + size_t(l) * C::I, C::I, c.vec);
     }
-    stream_rows<C::I>(c, Mat::Down, c.vec, [&](int row, float a0, float a1, bool has1) {
-      c.store_x(l + 1, row, c.xmid_at(l, row) + a0);
-      if (has1) c.store_x(l + 1, row + 1, c.xmid_at(l, row + 1) + a1);
-    });
+    stream_rows<C::I>(
+        c, Mat::Down, c.vec,
+        [&](int row, float x0, float x1, bool has1) {
+          c.store_x(l + 1, row, x0);
+          if (has1) c.store_x(l + 1, row + 1, x1);
+        },
+        [&](int row, bool has1) { return make_float2(c.xmid_at(l, row), has1 ? c.xmid_at(l, row + 1) : 0.0f); });
   }
   c.signal_all_ctas(Counter::DownDone, l);
   c.stream.flush();

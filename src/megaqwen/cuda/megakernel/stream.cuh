@@ -40,6 +40,7 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
   simt::bulk_copy_g2s(dst, src, bytes, bar);
 }
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) { simt::bulk_prefetch_l2(src, bytes); }
+__device__ __forceinline__ void prefetch_l1(const void*) {}  // a hint: nothing to emulate
 #else
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
@@ -71,6 +72,8 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
+// A hint that the line holding p will be read soon (through L1: __ldg). No registers held.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 #endif
 
 template <class C>
