@@ -522,7 +522,8 @@ for name in ("tests.xml",):
 for line in text.splitlines():
     if line.startswith(("GEMV functions", "qwen3-0.6b: worst", "VERDICT", "cuBLAS folder", "========= ERROR SUMMARY",
                         "MEGAQWEN VERIFY", "| tg", "| pp", "SUITE ", "GENERATE ", "CHAT", "SANITIZER",
-                        "MK ", "| MK", "MK TIMING", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]")):
+                        "MK ", "| MK", "MK TIMING", "|---:", "megakernel ", "MEGAQWEN_TEST_QWEN3", "[  FAILED  ]",
+                        "PEROP PROFILE")):
         print(line)
 b = os.path.join(out, "bench.json")
 if os.path.exists(b):
