@@ -25,6 +25,7 @@
 #include "model/model_test_util.h"
 #include "scoped_env.h"
 #include "megaqwen/cuda/cuda_engine.h"
+#include "megaqwen/cuda/kernel_profile.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
 #include "megaqwen/engine/cpu_engine.h"
@@ -177,6 +178,16 @@ TEST_F(CudaEngineTest, GraphReplayEqualsDirectLaunchesBitForBit) {
     auto b = direct.decode(id);
     ASSERT_EQ(av, std::vector<float>(b.begin(), b.end()));
   }
+}
+
+// The profile's kernel names: return type, namespaces and parameter list dropped; template
+// arguments (which say the variant) kept, parentheses inside them included.
+TEST(KernelProfile, ShortNames) {
+  EXPECT_EQ(cuda::kernel_short_name("void megaqwen::cuda::gemv_bf16_kernel<(megaqwen::cuda::GemvOut)2, true>"
+                                    "(uint4 const*, float const*, float*, int, int)"),
+            "gemv_bf16_kernel<(GemvOut)2, true>");
+  EXPECT_EQ(cuda::kernel_short_name("megaqwen::cuda::embed_rows_kernel(__nv_bfloat16 const*, int)"), "embed_rows_kernel");
+  EXPECT_EQ(cuda::kernel_short_name("_Z3fooPf"), "_Z3fooPf");  // not demangled: as it came
 }
 
 // MEGAQWEN_PEROP_PROFILE=1 runs the per-operator step without its graph, each kernel between two

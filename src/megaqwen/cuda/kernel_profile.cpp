@@ -15,9 +15,10 @@ namespace {
 
 thread_local KernelProfile* t_active = nullptr;
 
-// "megaqwen::cuda::gemv_kernel<(GemvOut)1>(const uint4*, ...)" -> "gemv_kernel<(GemvOut)1>": the
-// namespaces and the parameter list say nothing the table needs.
-std::string short_name(std::string name) {
+}  // namespace
+
+std::string kernel_short_name(std::string name) {
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
   int depth = 0;
   for (size_t i = 0; i < name.size(); ++i) {
     const char ch = name[i];
@@ -34,8 +35,6 @@ std::string short_name(std::string name) {
   return name;
 }
 
-}  // namespace
-
 KernelProfile* active_kernel_profile() { return t_active; }
 
 std::string kernel_display_name(const void* kernel) {
@@ -49,7 +48,7 @@ std::string kernel_display_name(const void* kernel) {
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
                                                         &std::free);
-  return short_name(status == 0 && demangled ? demangled.get() : mangled);
+  return kernel_short_name(status == 0 && demangled ? demangled.get() : mangled);
 }
 
 KernelProfile::~KernelProfile() {

@@ -75,5 +75,8 @@ KernelProfile* active_kernel_profile();
 // A kernel's name for the report: the runtime's name (cudaFuncGetName) demangled, without namespaces
 // and parameter list; where the runtime has none, "kernel <address>".
 std::string kernel_display_name(const void* kernel);
+// A demangled kernel name as the report shows it: "void megaqwen::cuda::gemv_kernel<(megaqwen::cuda::
+// GemvOut)1>(uint4 const*, ...)" -> "gemv_kernel<(GemvOut)1>" (no return type, namespaces, parameters).
+std::string kernel_short_name(std::string demangled);
 
 }  // namespace megaqwen::cuda
