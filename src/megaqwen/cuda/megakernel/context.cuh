@@ -203,4 +203,17 @@ __device__ __forceinline__ void stream_rows(Ctx<C>& c, Mat m, const float* vec, 
   }
 }
 
+// Stages C and C': this CTA's rows of the mixer's output projection m (K wide) times vec, plus the
+// residual entering layer l (loaded before the products), into xmid[l].
+template <int K, class C>
+__device__ __forceinline__ void project_into_xmid(Ctx<C>& c, Mat m, int l, const float* vec) {
+  stream_rows<K>(
+      c, m, vec,
+      [&](int row, float x0, float x1, bool has1) {
+        c.store_xmid(l, row, x0);
+        if (has1) c.store_xmid(l, row + 1, x1);
+      },
+      [&](int row, bool has1) { return make_float2(c.residual(l, row), has1 ? c.residual(l, row + 1) : 0.0f); });
+}
+
 }  // namespace megaqwen::cuda::mk

@@ -36,13 +36,7 @@ __device__ void stage_delta_out(Ctx<C>& c, int l) {
       }
     }
     __syncthreads();
-    stream_rows<C::VD>(
-        c, Mat::Out, c.vec,
-        [&](int row, float x0, float x1, bool has1) {
-          c.store_xmid(l, row, x0);
-          if (has1) c.store_xmid(l, row + 1, x1);
-        },
-        [&](int row, bool has1) { return make_float2(c.residual(l, row), has1 ? c.residual(l, row + 1) : 0.0f); });
+    project_into_xmid<C::VD>(c, Mat::Out, l, c.vec);
   }
   c.signal_all_ctas(Counter::ODone, l);
   c.stream.flush();

@@ -38,13 +38,7 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
       load_vec(c.p.attn + size_t(l) * C::kAttnRowFloats, C::Q, c.vec);
     }
     if (flagged) timer.waited();
-    stream_rows<C::Q>(
-        c, Mat::O, c.vec,
-        [&](int row, float x0, float x1, bool has1) {
-          c.store_xmid(l, row, x0);
-          if (has1) c.store_xmid(l, row + 1, x1);
-        },
-        [&](int row, bool has1) { return make_float2(c.residual(l, row), has1 ? c.residual(l, row + 1) : 0.0f); });
+    project_into_xmid<C::Q>(c, Mat::O, l, c.vec);
   }
   c.signal_all_ctas(Counter::ODone, l);
   c.stream.flush();
