@@ -31,6 +31,7 @@
 #include "megaqwen/engine/cpu_qwen35_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/util/error.h"
+#include "scoped_env.h"
 
 namespace megaqwen {
 namespace {
@@ -112,6 +113,43 @@ TEST_P(HybridMegakernel, Greedy128MatchesPerOpAndCpuAndHandsOverItsStates) {
     EXPECT_LE(test::relative_max_error(mine, b), kGpuSelfTolerance) << "per-op step " << i << " after the kernel";
     next = test::argmax(mine);
   }
+}
+
+// The one-stage MLP (MEGAQWEN_MK_MLP=one-stage) after both mixers: 48 greedy tokens against the
+// per-operator path and the CPU engine, rerun bit for bit, then per-operator steps continue from the
+// states it left.
+TEST_P(HybridMegakernel, OneStageMlpMatchesPerOpAndCpu) {
+  const auto prompt = prompt_ids(int(V()), 20, 41);
+  cuda::CudaHybridEngine mk = [&] {
+    test::ScopedEnv env("MEGAQWEN_MK_MLP", "one-stage");
+    return megakernel(512);
+  }();
+  ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
+  EXPECT_NE(mk.decode_kernel_note().find("one-stage MLP"), std::string::npos) << mk.decode_kernel_note();
+  auto perop = per_op(512);
+  CpuHybridEngine cpu(model_, {.context = 512, .threads = 0, .bf16_kv_cache = true});
+  const int32_t first = test::argmax(mk.prefill(prompt));
+  perop.prefill(prompt);
+  cpu.prefill(prompt);
+  const MkRun run = run_megakernel(mk, first, 48);
+  for (size_t i = 0; i < run.tokens.size(); ++i)
+    ASSERT_EQ(run.tokens[i], test::argmax(test::logit_row(run.logits, i, V()))) << "step " << i;
+  int hard = 0;
+  EXPECT_LE(compare_teacher_forced(perop, first, run, V(), &hard), kGpuSelfTolerance);
+  EXPECT_EQ(hard, 0);
+  EXPECT_LE(compare_teacher_forced(cpu, first, run, V(), &hard), kSameCacheTolerance);
+  EXPECT_EQ(hard, 0);
+  int32_t next = run.tokens.back();
+  for (int i = 0; i < 4; ++i) {
+    const auto a = mk.decode(next);
+    const std::vector<float> mine(a.begin(), a.end());
+    EXPECT_LE(test::relative_max_error(mine, perop.decode(next)), kGpuSelfTolerance) << "per-op step " << i;
+    next = test::argmax(mine);
+  }
+  mk.truncate(int(prompt.size()));
+  const MkRun again = run_megakernel(mk, first, 48);
+  EXPECT_EQ(again.tokens, run.tokens);
+  EXPECT_EQ(std::memcmp(again.logits.data(), run.logits.data(), run.logits.size() * sizeof(float)), 0);
 }
 
 // Deep positions on noise-filled caches and states (the same deterministic noise in both engines):

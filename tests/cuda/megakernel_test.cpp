@@ -616,6 +616,53 @@ TEST_F(MegakernelTiny, TimingProbesRunEveryTokenAndSayWhatTheyAre) {
   expect_refused("MEGAQWEN_MK_PROBE", {"no-waits"});
 }
 
+// The one-stage MLP (MEGAQWEN_MK_MLP=one-stage: each CTA's units through gate/up and down^T, summed
+// into the residual stream with fixed-point atomics) against the per-operator path and the CPU engine
+// (the thresholds of Greedy256MatchesPerOpAndCpu), over two launches in a row (stage C restarts the
+// sums every token: nothing is cleared between launches); a rerun of the same steps gives the same
+// bits, whatever order the atomics landed in. Bad values, and the one-stage MLP with flagged vectors,
+// are refused by name.
+TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
+  EXPECT_FALSE(cuda::mk::parse_mlp_form("two-stage", true));
+  EXPECT_TRUE(cuda::mk::parse_mlp_form("one-stage", false));
+  const auto prompt = random_ids(24, 37);
+  cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_MLP", "one-stage");
+  ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
+  EXPECT_TRUE(mk.megakernel()->one_stage_mlp());
+  EXPECT_NE(mk.decode_kernel_note().find("one-stage MLP"), std::string::npos) << mk.decode_kernel_note();
+  cuda::CudaEngine perop(model_, perop_options(512));
+  CpuEngine cpu(model_, {.context = 512, .threads = 0});
+  const int32_t first = test::argmax(mk.prefill(prompt));
+  perop.prefill(prompt);
+  cpu.prefill(prompt);
+  const int n = std::getenv("MEGAQWEN_TEST_QUICK") ? 8 : 48;
+  MkRun run = run_megakernel(mk, first, n);
+  const MkRun second = run_megakernel(mk, run.tokens.back(), n);
+  ASSERT_EQ(run.tokens.size(), size_t(n));
+  ASSERT_EQ(second.tokens.size(), size_t(n));
+  run.tokens.insert(run.tokens.end(), second.tokens.begin(), second.tokens.end());
+  run.logits.insert(run.logits.end(), second.logits.begin(), second.logits.end());
+  for (size_t i = 0; i < run.tokens.size(); ++i)
+    ASSERT_EQ(run.tokens[i], test::argmax(row(run.logits, i, V()))) << "step " << i << ": not the argmax of its own logits";
+  int hard = 0;
+  const double vs_perop = compare_teacher_forced(perop, first, run, V(), &hard);
+  EXPECT_LE(vs_perop, kGpuSelfTolerance);
+  EXPECT_EQ(hard, 0);
+  const double vs_cpu = compare_teacher_forced(cpu, first, run, V(), &hard);
+  EXPECT_LE(vs_cpu, kGpuLogitTolerance);
+  EXPECT_EQ(hard, 0);
+  std::printf("one-stage MLP, tiny: worst logit error vs per-op %.3g, vs cpu %.3g over %d steps\n", vs_perop, vs_cpu,
+              2 * n);
+  mk.truncate(int(prompt.size()));
+  const MkRun again = run_megakernel(mk, first, n);
+  const MkRun first_launch{std::vector<int32_t>(run.tokens.begin(), run.tokens.begin() + n),
+                           std::vector<float>(run.logits.begin(), run.logits.begin() + std::ptrdiff_t(size_t(n) * V()))};
+  expect_same_bits(again, first_launch, "the one-stage MLP run again");
+  expect_refused("MEGAQWEN_MK_MLP", {"one", "1", "ONE-STAGE", "two-stage,one-stage"});
+  test::ScopedEnv flagged("MEGAQWEN_MK_VECTORS", "flagged");
+  expect_refused("MEGAQWEN_MK_MLP", {"one-stage"});
+}
+
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the
 // logits agree: compare each step's draw with the per-op sampler on the megakernel's own logits' key.
 TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {

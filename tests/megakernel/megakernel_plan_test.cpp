@@ -5,7 +5,9 @@
 //     (gate/up in whole pairs), cut into chunks that fit a weight buffer, 16-byte sized and aligned
 //     (cp.async.bulk's rule);
 //   - the chunk sequence of a token visits the CTA's rows of qkv, o, gate_up, down per layer, then
-//     the LM head, in order, and repeats identically for the next token;
+//     the LM head, in order, and repeats identically for the next token; with the one-stage MLP
+//     down^T's rows in place of down's, exactly the units of the CTA's gate/up pairs, within the
+//     shared memory that holds their act;
 //   - the QkvReady counts the CTAs add per kv group sum to the (G + 2) * D rows stage B waits for
 //     (hybrid gated attention: (2G + 2) * D; DeltaNet groups: delta_group_count, covering in_proj);
 //   - the attention splits cover positions [0, n) exactly, the one holding n - 1 is the last
@@ -46,6 +48,7 @@ struct FakeWeights {
       lw.o = next();
       lw.gate_up = next();
       lw.down = next();
+      lw.down_t = next();
       lw.in_proj = next();
       lw.out = next();
     }
@@ -63,22 +66,36 @@ const uint16_t* matrix_base(const LayerWeights& lw, Mat m) {
     case Mat::Down: return lw.down;
     case Mat::In: return lw.in_proj;
     case Mat::Out: return lw.out;
+    case Mat::DownT: return lw.down_t;
     default: return nullptr;
   }
 }
 
-// delta_mask: the DeltaNet layers of a hybrid config (bit l), 0 for Qwen3.
+// delta_mask: the DeltaNet layers of a hybrid config (bit l), 0 for Qwen3. one_stage: the one-stage
+// MLP's schedule (down^T by units).
 template <class C>
-void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
-  SCOPED_TRACE(name);
+void check_config(const char* name, int vocab, uint64_t delta_mask = 0, bool one_stage = false) {
+  SCOPED_TRACE(std::string(name) + (one_stage ? ", one-stage MLP" : ""));
   int in_rows = 0, out_rows = 0;
   if constexpr (C::kHybrid) in_rows = C::IN_ROWS, out_rows = C::H;
-  const int rows_of[int(Mat::Count)] = {C::QKV_ROWS, C::H, 2 * C::I, C::H, in_rows, out_rows, vocab};
+  const int rows_of[int(Mat::Count)] = {C::QKV_ROWS, C::H,     2 * C::I, one_stage ? 0 : C::H, in_rows,
+                                        out_rows,    one_stage ? C::I : 0, vocab};
   FakeWeights fw(C::L);
   for (int ctas : kCtaCounts) {
     SCOPED_TRACE("ctas " + std::to_string(ctas));
     std::vector<Schedule<C>> sched(static_cast<size_t>(ctas));
-    for (int cta = 0; cta < ctas; ++cta) sched[size_t(cta)].init(cta, ctas, vocab, delta_mask);
+    for (int cta = 0; cta < ctas; ++cta) sched[size_t(cta)].init(cta, ctas, vocab, delta_mask, one_stage);
+    // The one-stage MLP: down^T's rows are the units of the CTA's gate/up pairs, and they fit the
+    // act region of its shared memory.
+    if (one_stage)
+      for (int cta = 0; cta < ctas; ++cta) {
+        const Part &gu = sched[size_t(cta)].part[int(Mat::GateUp)], &dt = sched[size_t(cta)].part[int(Mat::DownT)];
+        ASSERT_EQ(dt.row0, gu.row0 / 2) << "cta " << cta;
+        ASSERT_EQ(dt.rows, gu.rows / 2) << "cta " << cta;
+        ASSERT_LE(dt.rows, one_stage_units_per_cta(C::I, ctas)) << "cta " << cta;
+        if (cta == 0) ASSERT_EQ(dt.rows, std::min(C::I, one_stage_units_per_cta(C::I, ctas)));
+        ASSERT_LE(dt.rows, OneStageMlp<C>::kMaxUnits) << "cta " << cta;
+      }
 
     // Row ranges: disjoint, contiguous, covering; chunks fit the buffer.
     for (int m = 0; m < int(Mat::Count); ++m) {
@@ -108,7 +125,7 @@ void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
       int expect_per_token = s.part[int(Mat::Lm)].chunks;
       for (int l = 0; l < C::L; ++l) {
         ASSERT_EQ(s.is_delta(l), ((delta_mask >> l) & 1u) != 0) << "layer " << l;
-        for (int i = 0; i < 4; ++i) expect_per_token += s.part[int(Schedule<C>::layer_mat(s.is_delta(l), i))].chunks;
+        for (int i = 0; i < 4; ++i) expect_per_token += s.part[int(s.layer_mat(s.is_delta(l), i))].chunks;
       }
       ASSERT_EQ(s.per_token, expect_per_token);
       if (s.per_token == 0) continue;
@@ -116,7 +133,7 @@ void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
       for (int token = 0; token < 2; ++token) {
         for (int l = 0; l <= C::L; ++l) {
           for (int i = 0; i < (l < C::L ? 4 : 1); ++i) {
-            const Mat m = l < C::L ? Schedule<C>::layer_mat(s.is_delta(l), i) : Mat::Lm;
+            const Mat m = l < C::L ? s.layer_mat(s.is_delta(l), i) : Mat::Lm;
             const Part& pt = s.part[int(m)];
             const uint16_t* base = l < C::L ? matrix_base(fw.layers[size_t(l)], m) : fw.p.lm_head;
             const size_t K = size_t(Schedule<C>::width(m));
@@ -253,14 +270,24 @@ void check_config(const char* name, int vocab, uint64_t delta_mask = 0) {
   for (size_t i = 0; i < used.size(); ++i) EXPECT_EQ(used[i], 1) << "counter slot " << i;
 }
 
-TEST(MegakernelPlan, Qwen3_06b) { check_config<ConfigQwen3_06B>("qwen3-0.6b", kQwenVocab); }
-TEST(MegakernelPlan, Qwen3_17b) { check_config<ConfigQwen3_17B>("qwen3-1.7b", kQwenVocab); }
-TEST(MegakernelPlan, Qwen3_4b) { check_config<ConfigQwen3_4B>("qwen3-4b", kQwenVocab); }
+TEST(MegakernelPlan, Qwen3_06b) {
+  check_config<ConfigQwen3_06B>("qwen3-0.6b", kQwenVocab);
+  check_config<ConfigQwen3_06B>("qwen3-0.6b", kQwenVocab, 0, true);
+}
+TEST(MegakernelPlan, Qwen3_17b) {
+  check_config<ConfigQwen3_17B>("qwen3-1.7b", kQwenVocab);
+  check_config<ConfigQwen3_17B>("qwen3-1.7b", kQwenVocab, 0, true);
+}
+TEST(MegakernelPlan, Qwen3_4b) {
+  check_config<ConfigQwen3_4B>("qwen3-4b", kQwenVocab);
+  check_config<ConfigQwen3_4B>("qwen3-4b", kQwenVocab, 0, true);
+}
 // The tiny test preset: small vocabularies leave CTAs without LM-head rows (and a vocabulary smaller
 // than the CTA count leaves some with no rows of anything but qkv).
 TEST(MegakernelPlan, TinyTest) {
   check_config<ConfigTinyTest>("tiny-test", 1000);
   check_config<ConfigTinyTest>("tiny-test small vocab", 50);
+  check_config<ConfigTinyTest>("tiny-test", 1000, 0, true);
 }
 
 // Qwen3.5 hybrids: the published [DeltaNet x 3, attention] pattern, all DeltaNet, all attention.
@@ -270,12 +297,15 @@ TEST(MegakernelPlan, Qwen35_08b) {
   for (int l = 0; l < ConfigQwen35_08B::L; ++l)
     if (l % 4 != 3) published |= uint64_t(1) << l;
   check_config<ConfigQwen35_08B>("qwen3.5-0.8b", kQwen35Vocab, published);
+  check_config<ConfigQwen35_08B>("qwen3.5-0.8b", kQwen35Vocab, published, true);
   check_config<ConfigQwen35_08B>("qwen3.5-0.8b all DeltaNet", kQwen35Vocab, (uint64_t(1) << 24) - 1);
   check_config<ConfigQwen35_08B>("qwen3.5-0.8b all attention", kQwen35Vocab, 0);
 }
 TEST(MegakernelPlan, TinyHybrids) {
   check_config<ConfigTinyHybrid>("tiny-hybrid", 1000, 0b01);
   check_config<ConfigTinyHybridGqa>("tiny-hybrid-gqa", 1000, 0b110);
+  check_config<ConfigTinyHybridGqa>("tiny-hybrid-gqa", 1000, 0b110, true);
+  check_config<ConfigTinyHybrid>("tiny-hybrid", 1000, 0b01, true);
   check_config<ConfigTinyHybridGqa>("tiny-hybrid-gqa small vocab", 50, 0b110);
 }
 

@@ -85,7 +85,7 @@ struct HostHybrid {
     const Qwen35Weights& w = *m.qwen35;
     auto mat = [&](std::vector<uint16_t> v) { return mats.emplace_back(std::move(v)).data(); };
     auto vec = [&](std::vector<float> v) { return vecs.emplace_back(std::move(v)).data(); };
-    mats.reserve(8 * w.layers.size());
+    mats.reserve(9 * w.layers.size());
     vecs.reserve(8 * w.layers.size());
     k_cache.reserve(w.layers.size()), v_cache.reserve(w.layers.size());
     state.reserve(w.layers.size()), conv_state.reserve(w.layers.size());
@@ -96,6 +96,7 @@ struct HostHybrid {
       lw.post_norm = vec(zero_centered_norm_f32(L.post_norm));
       lw.gate_up = mat(interleaved_rows_bf16(L.gate, L.up));
       lw.down = mat(matrix_bf16(L.down));
+      lw.down_t = mat(transposed_bf16(matrix_bf16(L.down), size_t(L.down.rows), size_t(L.down.cols)));
       if (L.type == LayerType::FullAttention) {
         lw.qkv = mat(gated_attention_qgkv_bf16(L.attention, c.num_heads, c.head_dim));
         lw.o = mat(matrix_bf16(L.attention.o));
@@ -130,10 +131,11 @@ struct HybridRun {
 
 // A greedy launch of `max_tokens` from position 0 on `ctas` CTAs; `host` keeps the states it leaves.
 // flagged: x, xmid and act as flagged words (Params::x_words), stale (epoch 0, NaN) at the start.
-// probe: Params::probe (timing probes; the counters are signalled as usual).
+// probe: Params::probe (timing probes; the counters are signalled as usual). one_stage: the
+// one-stage MLP (Params::x_fixed, poisoned at the start).
 template <class C>
 HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, simt::Options emu, bool flagged,
-                     uint32_t probe = 0) {
+                     uint32_t probe = 0, bool one_stage = false) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t L = C::L, H = C::H;
   std::vector<float> x((L + 1) * H, nan), xmid(L * H, nan), qkv(L * C::kQkvRowFloats, nan),
@@ -144,6 +146,7 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
   const uint64_t stale = mk::flagged_word(nan, 0);
   std::vector<uint64_t> x_words(flagged ? (L + 1) * H : 0, stale), xmid_words(flagged ? L * H : 0, stale),
       act_words(flagged ? L * C::I : 0, stale);
+  std::vector<unsigned long long> x_fixed(one_stage ? (L + 1) * H : 0, 0x7ff00000deadbeefull);
   const mk::CounterLayout lay{C::L, C::GROUPS};
   std::vector<uint32_t> counters(size_t(lay.words()), 0);
   auto mailbox = std::make_unique<mk::Mailbox>();
@@ -153,7 +156,10 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
 
   const Model& model = *model_for<C>();
   mk::Params p{};
-  p.layers = host.layers.data();
+  std::vector<mk::LayerWeights> layers = host.layers;  // down_t only for the one-stage MLP, as the runner
+  for (mk::LayerWeights& lw : layers)
+    if (!one_stage) lw.down_t = nullptr;
+  p.layers = layers.data();
   p.embed = host.embed.data();
   p.lm_head = host.embed.data();  // tied, as the presets
   p.final_norm = host.final_norm.data();
@@ -165,6 +171,7 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
   p.qkv = qkv.data();
   p.attn = attn.data();
   p.act = act.data();
+  p.x_fixed = one_stage ? x_fixed.data() : nullptr;
   p.x_words = flagged ? x_words.data() : nullptr;
   p.xmid_words = flagged ? xmid_words.data() : nullptr;
   p.act_words = flagged ? act_words.data() : nullptr;
@@ -208,6 +215,11 @@ HybridRun run_hybrid(HostHybrid<C>& host, int ctas, int first, int max_tokens, s
     EXPECT_EQ(counters[size_t(lay.word(mk::Counter::AttnReady, l))], uint32_t(n * C::DELTA_ITEMS)) << "layer " << l;
     EXPECT_EQ(counters[size_t(lay.word(mk::Counter::ODone, l))], flagged ? 0u : uint32_t(n * ctas)) << "layer " << l;
   }
+  for (int l = 0; l < C::L; ++l) {
+    EXPECT_EQ(counters[size_t(lay.word(mk::Counter::MlpDone, l))], flagged || one_stage ? 0u : uint32_t(n * ctas))
+        << "layer " << l;
+    EXPECT_EQ(counters[size_t(lay.word(mk::Counter::DownDone, l))], flagged ? 0u : uint32_t(n * ctas)) << "layer " << l;
+  }
   return r;
 }
 
@@ -228,13 +240,14 @@ double rel_error(const float* a, std::span<const float> b) {
 }
 
 template <class C>
-void run_and_check(int ctas, int max_tokens, simt::Options emu, bool flagged = false, uint32_t probe = 0) {
+void run_and_check(int ctas, int max_tokens, simt::Options emu, bool flagged = false, uint32_t probe = 0,
+                   bool one_stage = false) {
   SCOPED_TRACE(std::string(preset_of<C>()) + ", " + std::to_string(ctas) + " CTAs" + (flagged ? ", flagged vectors" : "") +
-               (probe ? ", probe " + std::to_string(probe) : ""));
+               (probe ? ", probe " + std::to_string(probe) : "") + (one_stage ? ", one-stage MLP" : ""));
   const auto model = model_for<C>();
   HostHybrid<C> host(*model);
   const int first = 17;
-  const HybridRun r = run_hybrid(host, ctas, first, max_tokens, emu, flagged, probe);
+  const HybridRun r = run_hybrid(host, ctas, first, max_tokens, emu, flagged, probe, one_stage);
   ASSERT_EQ(r.tokens.size(), size_t(max_tokens));
   EXPECT_EQ(r.finished, 1);
   CpuHybridEngine cpu(model, {.context = kContext, .threads = 1, .bf16_kv_cache = true});
@@ -301,6 +314,15 @@ TEST(SimtHybridMegakernel, TimingProbesRunEveryToken) {
     for (int32_t id : r.tokens) EXPECT_TRUE(id >= 0 && id < kVocab) << id;
     EXPECT_EQ(r.finished, 1);
   }
+}
+
+// The one-stage MLP (MEGAQWEN_MK_MLP=one-stage) after both mixers: tokens, logits and the states
+// against the CPU engine, on ragged unit slices (3 and 5 CTAs) and with CTAs that own no units
+// (tiny-hybrid-gqa's 96 units on 64 CTAs: 2 each for the first 48, none for the other 16).
+TEST(SimtHybridMegakernel, OneStageMlpMatchesTheCpuEngine) {
+  run_and_check<TinyHybrid>(3, 6, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 11), false, 0, true);
+  run_and_check<TinyHybridGqa>(5, 5, emulation(Order::Forward, Order::Reverse, CopyTiming::AtIssue, 12), false, 0, true);
+  run_and_check<TinyHybridGqa>(64, 3, emulation(Order::Random, Order::Random, CopyTiming::AtWait, 13), false, 0, true);
 }
 
 // Qwen3.5-0.8B's widths, first four layers: 128 DeltaNet items on 20 CTAs (6 or 7 each), head_dim 256.

@@ -89,7 +89,7 @@ std::shared_ptr<const Model> model_for() {
 
 // The model's weights in the GPU layout (model/gpu_layout.h), in host memory the kernel reads.
 struct HostWeights {
-  std::vector<std::vector<uint16_t>> qkv, o, gate_up, down;
+  std::vector<std::vector<uint16_t>> qkv, o, gate_up, down, down_t;
   std::vector<std::vector<float>> input_norm, post_norm, q_norm, k_norm;
   std::vector<mk::LayerWeights> layers;
   std::vector<uint16_t> embed;
@@ -102,6 +102,7 @@ struct HostWeights {
       o.push_back(matrix_bf16(l.o));
       gate_up.push_back(interleaved_gate_up_bf16(l));
       down.push_back(matrix_bf16(l.down));
+      down_t.push_back(transposed_bf16(down.back(), size_t(l.down.rows), size_t(l.down.cols)));
       input_norm.push_back(vector_f32(l.input_norm));
       post_norm.push_back(vector_f32(l.post_norm));
       q_norm.push_back(vector_f32(l.q_norm));
@@ -147,6 +148,7 @@ struct RunSpec {
   uint32_t ablate = 0;
   int merge_splits = mk::kMergeInOProjMaxSplits;  // Params::merge_splits, as the runner's default
   bool flagged = false;  // x, xmid and act as flagged words (Params::x_words; MEGAQWEN_MK_VECTORS=flagged)
+  bool one_stage = false;  // the one-stage MLP (Params::x_fixed, down_t; MEGAQWEN_MK_MLP=one-stage)
   uint32_t probe = 0;    // Params::probe (MEGAQWEN_MK_PROBE): timing probes, meaningless tokens
   simt::Options emu;
 };
@@ -206,10 +208,16 @@ RunResult run_megakernel(const RunSpec& s) {
   mailbox->finished = 0;
   for (int i = 0; i < mk::kLaunchTokenCap; ++i) mailbox->tokens[i] = -1;
 
+  // The one-stage MLP's fixed-point sums, poisoned: each token's stage C must start them.
+  std::vector<unsigned long long> x_fixed(s.one_stage ? (L + 1) * H : 0, 0x7ff00000deadbeefull);
+  if (s.one_stage) {
+    EXPECT_LE(mk::one_stage_units_per_cta(C::I, s.ctas), mk::OneStageMlp<C>::kMaxUnits) << "the runner refuses this grid";
+  }
   std::vector<mk::LayerWeights> layers = w.layers;
   for (size_t l = 0; l < L; ++l) {
     layers[l].k_cache = k_cache.data() + l * kContext * KV;
     layers[l].v_cache = v_cache.data() + l * kContext * KV;
+    layers[l].down_t = s.one_stage ? w.down_t[l].data() : nullptr;
   }
   mk::Params p{};
   p.layers = layers.data();
@@ -223,6 +231,7 @@ RunResult run_megakernel(const RunSpec& s) {
   p.qkv = qkv.data();
   p.attn = attn.data();
   p.act = act.data();
+  p.x_fixed = s.one_stage ? x_fixed.data() : nullptr;
   p.x_words = s.flagged ? x_words.data() : nullptr;
   p.xmid_words = s.flagged ? xmid_words.data() : nullptr;
   p.act_words = s.flagged ? act_words.data() : nullptr;
@@ -302,9 +311,11 @@ RunResult run_megakernel(const RunSpec& s) {
 }
 
 // Every counter equals its per-token increment times the tokens run (layout.h's table); with flagged
-// vectors QkvReady, AttnReady and the all-CTA counters after C, D and E stay at 0.
+// vectors QkvReady, AttnReady and the all-CTA counters after C, D and E stay at 0; with the one-stage
+// MLP, MlpDone.
 template <class C = Tiny>
-void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bool flagged = false) {
+void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bool flagged = false,
+                     bool one_stage = false) {
   const mk::CounterLayout lay{C::L, C::KV_HEADS};
   const uint32_t T = uint32_t(tokens_run), splits = uint32_t(mk::attention_splits(ctas, C::KV_HEADS));
   auto get = [&](mk::Counter c, int l = 0, int g = 0) { return r.counters[size_t(lay.slot(c, l, g))]; };
@@ -317,7 +328,7 @@ void expect_counters(const RunResult& r, int ctas, int tokens_run, bool done, bo
     EXPECT_EQ(get(mk::Counter::AttnReady, l), flagged ? 0u : T * uint32_t(C::KV_HEADS) * splits) << "layer " << l;
     const uint32_t all = flagged ? 0u : T * uint32_t(ctas);
     EXPECT_EQ(get(mk::Counter::ODone, l), all) << "layer " << l;
-    EXPECT_EQ(get(mk::Counter::MlpDone, l), all) << "layer " << l;
+    EXPECT_EQ(get(mk::Counter::MlpDone, l), one_stage ? 0u : all) << "layer " << l;
     EXPECT_EQ(get(mk::Counter::DownDone, l), all) << "layer " << l;
   }
   EXPECT_EQ(get(mk::Counter::LmTicket), T * uint32_t(ctas));
@@ -359,6 +370,7 @@ int32_t argmax_of(const float* l) {
 std::string describe(const RunSpec& s) {
   return std::to_string(s.ctas) + " CTAs, pos0 " + std::to_string(s.pos0) + ", ablate " + std::to_string(s.ablate) +
          ", merge_splits " + std::to_string(s.merge_splits) + (s.flagged ? ", flagged vectors" : "") +
+         (s.one_stage ? ", one-stage MLP" : "") +
          (s.probe ? ", probe " + std::to_string(s.probe) : "");
 }
 
@@ -374,7 +386,7 @@ void run_and_check_greedy(const RunSpec& s) {
     EXPECT_EQ(r.tokens[t], argmax_of(r.logits.data() + t * kVocab)) << "step " << t;
   EXPECT_EQ(r.finished, 1);
   EXPECT_TRUE(r.cache_outside_untouched);
-  expect_counters<C>(r, s.ctas, s.max_tokens, true, s.flagged);
+  expect_counters<C>(r, s.ctas, s.max_tokens, true, s.flagged, s.one_stage);
   expect_logits_match_cpu<C>(s, r);
 }
 
@@ -497,6 +509,57 @@ TEST(SimtMegakernel, FlaggedVectorsNeedTheirEpochCheck) {
   bool same = r.tokens == ref.tokens && r.logits.size() == ref.logits.size() &&
               std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4) == 0;
   EXPECT_FALSE(same) << "a run that ignores the epochs computed the right logits: the test would not see a broken poll";
+}
+
+// The one-stage MLP (MEGAQWEN_MK_MLP=one-stage): each CTA's units through gate/up and down^T, summed
+// into the residual stream with fixed-point atomics. Whole greedy runs against the CPU engine: one
+// CTA (every unit in one partial), 3 to 8 (ragged unit slices), 132 on the tiny shape (CTAs 128.. own
+// no units but still signal), a long run across a split boundary, and the 0.6B and 4B widths (24 and
+// 487 units per CTA: several down^T chunks, one and four row sets).
+TEST(SimtMegakernel, OneStageMlpGreedyRunsMatchTheCpuEngine) {
+  const RunSpec specs[] = {
+      {.ctas = 1, .pos0 = 0, .max_tokens = 4, .one_stage = true,
+       .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 70)},
+      {.ctas = 3, .pos0 = 70, .max_tokens = 4, .one_stage = true,
+       .emu = emulation(Order::Forward, Order::Reverse, CopyTiming::AtIssue)},
+      {.ctas = 5, .pos0 = 200, .max_tokens = 4, .one_stage = true,
+       .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 71)},
+      {.ctas = 8, .pos0 = 110, .max_tokens = 24, .merge_splits = 2, .one_stage = true,
+       .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 72)},
+  };
+  for (const RunSpec& s : specs) run_and_check_greedy(s);
+  run_and_check_greedy({.ctas = 132, .pos0 = 400, .max_tokens = 2, .one_stage = true,
+                        .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 73)});
+  run_and_check_greedy<Wide06>({.ctas = 16, .pos0 = 130, .max_tokens = 2, .one_stage = true,
+                                .emu = emulation(Order::Random, Order::Random, CopyTiming::AtWait, 74)});
+  run_and_check_greedy<Wide4B>({.ctas = 20, .pos0 = 70, .max_tokens = 2, .one_stage = true,
+                                .emu = emulation(Order::Random, Order::Random, CopyTiming::AtIssue, 75)});
+}
+
+// The sums are integers, so the order in which the CTAs' adds reach them does not matter: every
+// thread and block order, copy timing and ablation gives the same bits. Against the two-stage MLP
+// only the roundings of the down projection's sums differ: the same tokens, logits within 1e-5.
+TEST(SimtMegakernel, OneStageMlpIsBitIdenticalInAnyOrder) {
+  RunSpec base{.ctas = 6, .pos0 = 90, .max_tokens = 4, .one_stage = true,
+               .emu = emulation(Order::Forward, Order::Forward, CopyTiming::AtIssue)};
+  const RunResult ref = run_megakernel(base);
+  ASSERT_EQ(ref.tokens.size(), 4u);
+  const uint32_t ablations[] = {0, 0, 1, 7, 15};
+  for (size_t i = 0; i < std::size(ablations); ++i) {
+    RunSpec s = base;
+    s.ablate = ablations[i];
+    s.emu = emulation(Order::Random, Order::Random, i % 2 ? CopyTiming::AtIssue : CopyTiming::AtWait, 80 + i);
+    SCOPED_TRACE(describe(s));
+    const RunResult r = run_megakernel(s);
+    EXPECT_EQ(r.tokens, ref.tokens);
+    EXPECT_EQ(std::memcmp(r.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
+  }
+  RunSpec two = base;
+  two.one_stage = false;
+  const RunResult two_stage = run_megakernel(two);
+  EXPECT_EQ(two_stage.tokens, ref.tokens);
+  for (size_t t = 0; t < ref.tokens.size(); ++t)
+    EXPECT_LE(rel_error(ref.logits.data() + t * kVocab, step_logits(two_stage, t)), 1e-5) << "step " << t;
 }
 
 // The timing probes (MEGAQWEN_MK_PROBE) break the results on purpose but never the run: every token

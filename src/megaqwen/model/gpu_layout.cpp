@@ -113,6 +113,14 @@ std::vector<uint16_t> interleaved_rows_bf16(const WeightMatrix& even, const Weig
 
 std::vector<uint16_t> interleaved_gate_up_bf16(const Qwen3LayerWeights& l) { return interleaved_rows_bf16(l.gate, l.up); }
 
+std::vector<uint16_t> transposed_bf16(const std::vector<uint16_t>& m, size_t rows, size_t cols) {
+  if (m.size() != rows * cols) fail("transposed_bf16: {} values for a {} x {} matrix", m.size(), rows, cols);
+  std::vector<uint16_t> t(m.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  return t;
+}
+
 std::vector<uint16_t> gated_attention_qgkv_bf16(const Qwen35FullAttentionWeights& w, int heads, int head_dim) {
   std::vector<RowRange> pieces;
   for (int h = 0; h < heads; ++h) pieces.push_back({&w.q, int64_t(h) * 2 * head_dim, head_dim});             // queries

@@ -9,7 +9,9 @@
 //                          stage D rely on it);
 //   Qwen3.5 gated attention [2Q + 2KV, H]: q_proj's per-head (query D | gate D) rows split into all
 //                          queries, then all gates, then k_proj, v_proj: q | gate | k | v;
-//   Qwen3.5 DeltaNet in_proj [C + Vd + 2nv, H]: in_proj_qkv | in_proj_z | in_proj_b | in_proj_a.
+//   Qwen3.5 DeltaNet in_proj [C + Vd + 2nv, H]: in_proj_qkv | in_proj_z | in_proj_b | in_proj_a;
+//   down^T   [I, H]:       the one-stage MLP's down, transposed (the megakernel runner makes it on the
+//                          device; transposed_bf16 is the host's, for the emulator's tests).
 // Qwen3.5's RMSNorm weights scale by 1 + w: zero_centered_norm_f32 folds the 1 in (exact in fp32).
 #pragma once
 
@@ -27,6 +29,8 @@ std::vector<float> zero_centered_norm_f32(const WeightVector& w);    // [size]: 
 std::vector<uint16_t> stacked_qkv_bf16(const Qwen3LayerWeights& l);  // [Q + 2KV, H]
 std::vector<uint16_t> interleaved_gate_up_bf16(const Qwen3LayerWeights& l);  // [2I, H]
 std::vector<uint16_t> interleaved_rows_bf16(const WeightMatrix& even, const WeightMatrix& odd);  // [2 rows, cols]
+// m [rows, cols] row-major -> [cols, rows]; Error if m.size() != rows * cols.
+std::vector<uint16_t> transposed_bf16(const std::vector<uint16_t>& m, size_t rows, size_t cols);
 
 // Rows [row0, row0 + rows) of a matrix: one piece of a stacked matrix.
 struct RowRange {

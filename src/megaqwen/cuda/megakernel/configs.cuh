@@ -111,6 +111,23 @@ struct HybridConfig {
   static_assert(kStages * kBufBytes % 128 == 0, "the vector region must stay 128-byte aligned");
 };
 
+// The one-stage MLP's down^T product (stage_mlp_one_stage.cuh) on a CTA of config C: thread (r, g)
+// holds column group g (8 outputs, one 16-byte load per row: a warp reads 512 contiguous bytes of a
+// row, conflict-free) and sums units r, r + kRowSets, ...; the kRowSets partials of each output are
+// then added in order (fixed order: bit-reproducible for a given CTA count).
+template <class C>
+struct OneStageMlp {
+  static_assert(C::H % 8 == 0 && C::H / 8 <= kThreads, "down^T rows: one 16-byte column group per thread");
+  static constexpr int kGroups = C::H / 8;
+  static constexpr int kRowSets = kThreads / kGroups < 16 ? kThreads / kGroups : 16;
+  static constexpr int kActive = kGroups * kRowSets;  // threads with a (row set, group)
+  static constexpr int kPartialFloats = kRowSets * C::H;
+  static constexpr int kActOffset = cmax(C::H, kPartialFloats);
+  // Units one CTA can own (the runner refuses a grid that gives a CTA more).
+  static constexpr int kMaxUnits = C::kScratchFloats - kActOffset;
+  static_assert(kMaxUnits >= 16, "the vector region has no room for the CTA's act");
+};
+
 // The compiled shapes. tiny-test is the synthetic preset the GPU tests use (synth --preset tiny).
 using ConfigQwen3_06B = Config<1024, 28, 16, 8, 128, 3072>;
 using ConfigQwen3_17B = Config<2048, 28, 16, 8, 128, 6144>;

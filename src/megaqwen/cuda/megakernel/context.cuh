@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "megaqwen/cuda/kernels/common.cuh"
+#include "megaqwen/cuda/megakernel/fixed_sum.cuh"
 #include "megaqwen/cuda/megakernel/stream.cuh"
 #include "megaqwen/cuda/megakernel/sync.cuh"
 
@@ -62,11 +63,16 @@ struct Ctx {
     else return p.qkv_words != nullptr;
   }
 
-  // Residual stream entering layer l, element i: the token's embedding row for l = 0 (never copied),
-  // else x[l] written by stage E of layer l - 1 in this launch (read through L2).
+  // The one-stage MLP (layout.h, Params::x_fixed): stage D adds into the residual stream itself.
+  __device__ bool one_stage_mlp() const { return p.x_fixed != nullptr; }
+
+  // Residual stream entering layer l (l = L: the final norm's input), element i: the token's
+  // embedding row for l = 0 (never copied), else x[l] written by stage E of layer l - 1 in this
+  // launch (read through L2), or with the one-stage MLP its fixed-point sum.
   __device__ float residual(int l, int i) const {
     if (l == 0) return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p.embed) + size_t(token) * C::H + i)) << 16);
     if (flagged()) return load_flagged_value(p.x_words + size_t(l) * C::H + i, epoch());
+    if (one_stage_mlp()) return from_fixed(__ldcg(p.x_fixed + size_t(l) * C::H + i));
     return __ldcg(p.x + size_t(l) * C::H + i);
   }
   __device__ float xmid_at(int l, int i) const {
@@ -78,9 +84,15 @@ struct Ctx {
     if (flagged()) store_flagged(p.x_words + size_t(l) * C::H + i, v, epoch());
     else __stcg(p.x + size_t(l) * C::H + i, v);
   }
+  // With the one-stage MLP, xmid[l][i] also starts layer l's output sum (x_fixed[l + 1]): stage D's
+  // adds come after ODone, which orders this store before them.
   __device__ void store_xmid(int l, int i, float v) const {
-    if (flagged()) store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
-    else __stcg(p.xmid + size_t(l) * C::H + i, v);
+    if (flagged()) {
+      store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
+      return;
+    }
+    __stcg(p.xmid + size_t(l) * C::H + i, v);
+    if (one_stage_mlp()) __stcg(p.x_fixed + size_t(l + 1) * C::H + i, to_fixed(v));
   }
   __device__ void store_qkv(int l, int i, float v) const {
     if (flagged_qkv()) store_flagged(p.qkv_words + size_t(l) * C::kQkvRowFloats + i, v, epoch());

@@ -24,6 +24,8 @@
 //   ODone[l]            DeltaNet: stage C' (gated norm + out_proj), every CTA once
 //   MlpDone[l]          layer           stage D, every CTA once          ctas        stage E
 //   DownDone[l]         layer           stage E, every CTA once          ctas        stage A of l+1, LM head
+//   (with the one-stage MLP, Params::x_fixed, stage D does E's work and signals DownDone itself:
+//   MlpDone stays at 0)
 //   (ODone, MlpDone and DownDone stay at 0 with flagged vectors, Params::x_words: the data carries
 //   its own epoch and the readers poll it; in the Qwen3 configs QkvReady and AttnReady too,
 //   Params::qkv_words)
@@ -129,6 +131,15 @@ MEGAQWEN_MK_HD constexpr bool merge_in_o_proj(int n, int splits, int merge_split
   return attention_used_splits(n, splits) <= merge_splits;
 }
 
+// ---- MLP work split ----
+// The intermediate units (gate/up pairs) of each CTA: ceil(2I / ctas) rows rounded up to whole pairs,
+// as schedule.cuh splits gate_up (the last CTAs may get fewer). The one-stage MLP keeps a CTA's act in
+// shared memory (configs.cuh, OneStageMlp::kMaxUnits), so the runner checks this against it.
+MEGAQWEN_MK_HD constexpr int one_stage_units_per_cta(int intermediate, int ctas) {
+  const int pair_rows = (2 * intermediate + ctas - 1) / ctas;
+  return (pair_rows + 1) / 2;
+}
+
 // ---- DeltaNet work split ----
 // Value columns per stage B' item (hybrid configs): NV * DV / delta_columns(DV) items per layer.
 MEGAQWEN_MK_HD constexpr int delta_columns(int dv) { return dv < 16 ? dv : 16; }
@@ -198,6 +209,9 @@ struct LayerWeights {
   const uint16_t* out;      // [H, VD] bf16
   float* state;             // [NV, DK, DV] fp32 recurrent state
   float* conv_state;        // [CONV_K - 1, CD] fp32, the last inputs oldest first
+  // The one-stage MLP (Params::x_fixed) streams down transposed: row u holds intermediate unit u's
+  // weights into all H outputs, so a CTA's gate/up units and its down rows are the same units.
+  const uint16_t* down_t;   // [I, H] bf16, or null (the two-stage MLP reads down)
 };
 
 // The host's side of the token stream: pinned, mapped (cudaHostAllocMapped) memory the kernel writes
@@ -263,6 +277,14 @@ struct Params {
   uint64_t* partial_o_words;   // [L, heads, S, D]
   uint64_t* partial_ml_words;  // [L, heads, S, 2]
   uint64_t* attn_words;        // [L, Q]
+  // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage; null: off, the two stages D and E): the residual
+  // stream entering each layer in 64-bit fixed point (fixed_sum.cuh), x_fixed[l + 1] for layer l's
+  // output. Stage C (C') stores its rows of xmid[l] there; stage D adds every CTA's partial of the
+  // down projection over its own intermediate units into all H words with red.add (integer sums are
+  // exact in any order, so runs stay bit-identical), then signals DownDone. Its readers (stages A, C
+  // and the LM head) convert the words back to fp32; x above is then neither written nor read, and
+  // neither is act (the CTA keeps its units' act in shared memory). Excludes flagged vectors.
+  unsigned long long* x_fixed;  // [L + 1, H] (row 0 unused: the embedding row)
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
   float* best_v;      // [ctas]      per-CTA best transformed logit

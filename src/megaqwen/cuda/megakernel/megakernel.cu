@@ -63,7 +63,7 @@ bool matches(const Shape& s) {
 
 template <class C>
 KernelInfo info(const char* name) {
-  return {name, C::kSmemBytes, C::kBufBytes, C::kStages};
+  return {name, C::kSmemBytes, C::kBufBytes, C::kStages, OneStageMlp<C>::kMaxUnits};
 }
 
 // Calls f.template operator()<C>(name) for the config matching `shape`; false if none.
@@ -123,6 +123,31 @@ void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t str
 }
 
 bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
+
+// 32 x 32 tiles through shared memory (one column of padding: the column reads hit 32 banks), so
+// both the reads of src and the writes of dst are whole rows of a tile. 256 threads: 8 rows at a time.
+constexpr int kTransposeTile = 32, kTransposeThreads = 256;
+__global__ void __launch_bounds__(kTransposeThreads) transpose_bf16_kernel(const uint16_t* __restrict__ src, int rows,
+                                                                           int cols, uint16_t* __restrict__ dst) {
+  __shared__ uint16_t tile[kTransposeTile][kTransposeTile + 1];
+  constexpr int kStep = kTransposeThreads / kTransposeTile;
+  const int tx = int(threadIdx.x) % kTransposeTile, ty = int(threadIdx.x) / kTransposeTile;
+  const int r0 = int(blockIdx.y) * kTransposeTile, c0 = int(blockIdx.x) * kTransposeTile;
+  for (int i = ty; i < kTransposeTile; i += kStep)
+    if (r0 + i < rows && c0 + tx < cols) tile[i][tx] = src[size_t(r0 + i) * size_t(cols) + size_t(c0 + tx)];
+  __syncthreads();
+  for (int i = ty; i < kTransposeTile; i += kStep)
+    if (c0 + i < cols && r0 + tx < rows) dst[size_t(c0 + i) * size_t(rows) + size_t(r0 + tx)] = tile[tx][i];
+}
+
+void transpose_bf16(const uint16_t* src, int rows, int cols, uint16_t* dst, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || (rows > 0 && cols > 0 && (!src || !dst)))
+    throw_error("transpose_bf16: " + std::to_string(rows) + " x " + std::to_string(cols) + " (sizes >= 0, buffers given)");
+  if (rows == 0 || cols == 0) return;
+  const dim3 grid(unsigned((cols + kTransposeTile - 1) / kTransposeTile), unsigned((rows + kTransposeTile - 1) / kTransposeTile));
+  launch_kernel(transpose_bf16_kernel, grid, kTransposeThreads, 0, stream, src, rows, cols, dst);
+  CUDA_CHECK_LAUNCH("transpose_bf16_kernel");
+}
 
 // The edge probe (edge_probe.cuh). Any sm_70+ device. Its 32 floats of reduction scratch are dynamic
 // shared memory, as the megakernel's are: the emulated device runs a persistent grid's CTAs side by

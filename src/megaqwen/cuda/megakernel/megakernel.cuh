@@ -5,7 +5,8 @@
 //   then               stage_lm_head (final norm, LM head slice, per-CTA best, token selection)
 // A Qwen3.5 hybrid's DeltaNet layers run A' stage_delta_in -> B' stage_delta_rule -> C' stage_delta_out
 // in place of A -> B -> C (its attention layers run A, B, C with the gated-attention variants).
-// and the token loop continues with the drawn token's embedding row, at position + 1, until the
+// The one-stage MLP (Params::x_fixed, stage_mlp_one_stage.cuh) runs D and E as one stage.
+// The token loop continues with the drawn token's embedding row, at position + 1, until the
 // selecting CTA sets Done (eos id, budget, host stop request). No grid-wide barrier: each stage waits
 // only for the counter(s) its input needs (layout.h), and the weight stream (stream.cuh) runs ahead of
 // those waits across stage, layer and token boundaries.
@@ -21,6 +22,7 @@
 #include "megaqwen/cuda/megakernel/stage_down.cuh"
 #include "megaqwen/cuda/megakernel/stage_lm_head.cuh"
 #include "megaqwen/cuda/megakernel/stage_mlp.cuh"
+#include "megaqwen/cuda/megakernel/stage_mlp_one_stage.cuh"
 #include "megaqwen/cuda/megakernel/stage_o_proj.cuh"
 #include "megaqwen/cuda/megakernel/stage_qkv.cuh"
 
@@ -47,7 +49,7 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
   c.flags = reinterpret_cast<int*>(small + kSmallFlags);
   c.sched = reinterpret_cast<Schedule<C>*>(small + kSmallSched);
   if (threadIdx.x == 0) {
-    c.sched->init(c.cta, c.ctas, p.vocab, p.delta_layers);
+    c.sched->init(c.cta, c.ctas, p.vocab, p.delta_layers, p.x_fixed != nullptr);
     c.flags[kFlagWaitForm] = int(p.ablate | ((p.probe & kProbeNoWaits) ? kSkipWait : 0u));
   }
   c.stream.init(smem, reinterpret_cast<uint64_t*>(small + kSmallBars), c.sched, &p);  // syncs
@@ -86,8 +88,12 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
         stage_attention(c, l);
         stage_o_proj(c, l);
       }
-      stage_mlp(c, l);
-      stage_down(c, l);
+      if (c.one_stage_mlp()) {
+        stage_mlp_one_stage(c, l);
+      } else {
+        stage_mlp(c, l);
+        stage_down(c, l);
+      }
     }
     stage_lm_head(c);
     __syncthreads();  // flags[0] is reused at the next token

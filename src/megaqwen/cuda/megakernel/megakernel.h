@@ -26,6 +26,7 @@ struct KernelInfo {
   size_t smem_bytes;  // dynamic shared memory per CTA
   size_t buf_bytes;   // one weight buffer of the ring
   int stages;         // weight buffers in the ring
+  int one_stage_units;  // the one-stage MLP: intermediate units one CTA can own (stage_mlp_one_stage.cuh)
 };
 
 // The compiled configuration whose shape equals `shape`, if any.
@@ -37,6 +38,9 @@ std::string compiled_configs();
 int max_ctas_per_sm(const Shape& shape);
 // Launches ctas CTAs of kThreads threads (the caller checked co-residency: ctas <= SMs x max_ctas_per_sm).
 void launch(const Shape& shape, const Params& params, int ctas, cudaStream_t stream);
+// dst = src^T: src [rows, cols] bf16 row-major, dst [cols, rows] (device memory, not overlapping).
+// The one-stage MLP's down^T, made on the device once when the megakernel is set up.
+void transpose_bf16(const uint16_t* src, int rows, int cols, uint16_t* dst, cudaStream_t stream);
 // Whether this build has timing slots compiled in (-DMEGAQWEN_MK_TIMING=1).
 bool timing_compiled();
 

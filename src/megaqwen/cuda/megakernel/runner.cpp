@@ -64,6 +64,18 @@ uint32_t parse_probe(const std::string& value, bool flagged_vectors) {
   return probe;
 }
 
+bool parse_mlp_form(const std::string& value, bool flagged_vectors) {
+  if (value != "two-stage" && value != "one-stage")
+    fail("MEGAQWEN_MK_MLP must be 'two-stage' (stage D gate/up, stage E down, an edge between them) or "
+         "'one-stage' (each CTA's units through gate/up and down^T, summed with fixed-point atomics); got '{}'",
+         value);
+  const bool one_stage = value == "one-stage";
+  if (one_stage && flagged_vectors)
+    fail("MEGAQWEN_MK_MLP=one-stage sums the residual stream in fixed point and cannot be combined with "
+         "MEGAQWEN_MK_VECTORS=flagged");
+  return one_stage;
+}
+
 std::string probe_name(uint32_t probe) {
   std::string s;
   if (probe & kProbeNoWaits) s += "no-waits";
@@ -132,6 +144,11 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
            "'flagged' (the words carry their token's epoch and the readers poll them); got '{}'", env);
     flagged_ = v == "flagged";
   }
+  if (const char* env = std::getenv("MEGAQWEN_MK_MLP"); env && *env) one_stage_mlp_ = parse_mlp_form(env, flagged_);
+  if (one_stage_mlp_ && one_stage_units_per_cta(c.intermediate_size, ctas_) > info_.one_stage_units)
+    fail("megakernel: MEGAQWEN_MK_MLP=one-stage keeps each CTA's intermediate units in shared memory, at most {}; "
+         "{} CTAs leave {} units per CTA of {}",
+         info_.one_stage_units, ctas_, one_stage_units_per_cta(c.intermediate_size, ctas_), c.intermediate_size);
   if (const char* env = std::getenv("MEGAQWEN_MK_PROBE"); env && *env) {
     probe_ = parse_probe(env, flagged_);
     std::fprintf(stderr, "megakernel: timing probe %s: the drawn tokens are meaningless, only the time counts\n",
@@ -149,6 +166,17 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
                                  : Q + 2 * KV;
   const size_t attn_rows = hybrid ? std::max(Q, size_t(c.linear_value_dim())) : Q;
   groups_ = hybrid ? std::max(c.num_kv_heads, c.linear_num_key_heads) : c.num_kv_heads;
+  if (one_stage_mlp_) {
+    // down^T of every layer, made here on the device from the engine's down (L x I x H bf16 more:
+    // 176 MB for the 0.6B, 1.8 GB for the 4B).
+    down_t_.resize(L * I * H);
+    for (size_t l = 0; l < L; ++l) {
+      uint16_t* dst = down_t_.data() + l * I * H;
+      transpose_bf16(binding_.layers[l].down, int(H), int(I), dst, stream_);
+      binding_.layers[l].down_t = dst;
+    }
+    x_fixed_.resize((L + 1) * H);
+  }
   layers_.resize(binding_.layers.size());
   // On stream_ and waited for: a pageable cudaMemcpy (legacy stream) may return before its DMA lands,
   // and stream_ (non-blocking) would not wait for it before the first launch reads the table.
@@ -249,6 +277,7 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
     add(", MlpDone %u", get(Counter::MlpDone, l));
     add(", DownDone %u", get(Counter::DownDone, l));
     add(" /%u", T * uint32_t(ctas_));
+    if (one_stage_mlp_) line += " (one-stage MLP: MlpDone is not used)";
     if (flagged_)
       line += shape_.hybrid ? " (flagged vectors: ODone, MlpDone and DownDone are not used)"
                             : " (flagged vectors: QkvReady, AttnReady, ODone, MlpDone and DownDone are not used)";
@@ -327,7 +356,7 @@ std::string Megakernel::describe() const {
          " x " + std::to_string(info_.buf_bytes / 1024) + " KB weight buffers), " + std::to_string(splits_) +
          " attention splits per kv head" +
          (shape_.hybrid ? std::string() : " (stage C merges up to " + std::to_string(merge_splits_) + ")") +
-         (flagged_ ? ", flagged vectors" : "") +
+         (flagged_ ? ", flagged vectors" : "") + (one_stage_mlp_ ? ", one-stage MLP" : "") +
          (ablate_ ? ", MEGAQWEN_MK_ABLATE=" + std::to_string(ablate_) : std::string()) +
          (probe_ ? ", timing probe " + probe_name(probe_) + " (meaningless tokens)" : std::string());
 }
@@ -437,6 +466,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   p.qkv = qkv_.data();
   p.attn = attn_.data();
   p.act = act_.data();
+  p.x_fixed = one_stage_mlp_ ? x_fixed_.data() : nullptr;
   p.x_words = flagged_ ? x_words_.data() : nullptr;
   p.xmid_words = flagged_ ? xmid_words_.data() : nullptr;
   p.act_words = flagged_ ? act_words_.data() : nullptr;

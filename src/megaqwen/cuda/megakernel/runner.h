@@ -28,6 +28,9 @@ namespace megaqwen::cuda::mk {
 // the data itself). Throws megaqwen::Error naming the bad value.
 uint32_t parse_probe(const std::string& value, bool flagged_vectors);
 std::string probe_name(uint32_t probe);  // "no-waits,no-weights"
+// MEGAQWEN_MK_MLP: "two-stage" (false, the default) or "one-stage" (true: stage_mlp_one_stage.cuh),
+// which is refused with flagged vectors. Throws megaqwen::Error naming the bad value.
+bool parse_mlp_form(const std::string& value, bool flagged_vectors);
 
 // What the kernel reads and writes of one engine, in the GPU layout both paths share: per layer its
 // weights, KV cache rows and (DeltaNet layers) states; the embedding, the LM head, the final norm and
@@ -96,6 +99,7 @@ class Megakernel {
   uint64_t launches() const { return launches_; }  // kernel launches so far
   uint32_t ablate() const { return ablate_; }       // kAblate* bits in effect (0: none)
   bool flagged_vectors() const { return flagged_; }  // MEGAQWEN_MK_VECTORS=flagged
+  bool one_stage_mlp() const { return one_stage_mlp_; }  // MEGAQWEN_MK_MLP=one-stage
   uint32_t probe() const { return probe_; }          // kProbe* bits (MEGAQWEN_MK_PROBE; 0: none)
   std::string describe() const;  // "megakernel qwen3-0.6b, 132 CTAs x 512 threads, 210 KB shared memory"
   // With MEGAQWEN_MK_TIMING builds: the per-stage breakdown summed over every run so far (ns per token).
@@ -125,6 +129,10 @@ class Megakernel {
   // Flagged vectors (MEGAQWEN_MK_VECTORS=flagged; layout.h, Params::x_words); qkv and the attention's
   // in the Qwen3 configs only.
   DeviceBuffer<uint64_t> x_words_, xmid_words_, act_words_, qkv_words_, partial_o_words_, partial_ml_words_, attn_words_;
+  // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage; layout.h, Params::x_fixed): every layer's down^T
+  // and the fixed-point residual stream.
+  DeviceBuffer<uint16_t> down_t_;
+  DeviceBuffer<unsigned long long> x_fixed_;
   DeviceBuffer<int32_t> best_i_, tokens_;
   DeviceBuffer<int32_t> counts_, history_;        // penalties (allocated on first use)
   DeviceBuffer<float> sel_vals_, cand_v_;         // filtered selection (allocated on first use)
@@ -144,6 +152,7 @@ class Megakernel {
   int splits_ = 1;
   int merge_splits_ = kMergeInOProjMaxSplits;  // Params::merge_splits (MEGAQWEN_MK_MERGE_SPLITS)
   bool flagged_ = false;  // MEGAQWEN_MK_VECTORS=flagged: x, xmid and act as flagged words (layout.h, Params::x_words)
+  bool one_stage_mlp_ = false;  // MEGAQWEN_MK_MLP=one-stage
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint32_t probe_ = 0;   // MEGAQWEN_MK_PROBE (layout.h, kProbe*): timing probes, meaningless tokens
   uint64_t timed_tokens_ = 0;

@@ -11,6 +11,8 @@
 // it but still takes part in that stage's counters.
 // Qwen3-0.6B on 132 CTAs: qkv 32 rows (64 KB, 1 chunk), o 8 rows (32 KB), gate_up 48 rows (2 chunks:
 // 32 + 16), down 8 rows (48 KB), lm_head 1,152 rows (36 chunks of 32) -> 5 x 28 + 36 = 176 per token.
+// The one-stage MLP (Params::x_fixed) streams down^T instead of down: the rows of the CTA's own
+// gate/up units (0.6B: 24 rows of 2 KB, 48 KB, 1 chunk), in place of its 8 rows of down.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,8 @@
 
 namespace megaqwen::cuda::mk {
 
-enum class Mat : int { Qkv = 0, O, GateUp, Down, In, Out, Lm, Count };  // In, Out: a DeltaNet's in_proj, out_proj
+// In, Out: a DeltaNet's in_proj, out_proj. DownT: down^T [I, H] (the one-stage MLP's, in place of Down).
+enum class Mat : int { Qkv = 0, O, GateUp, Down, In, Out, DownT, Lm, Count };
 
 struct Part {
   int row0 = 0, rows = 0, chunk_rows = 1, chunks = 0;
@@ -68,6 +71,7 @@ template <class C>
 struct Schedule {
   Part part[int(Mat::Count)];
   uint64_t delta_layers = 0;  // Params::delta_layers
+  bool one_stage_mlp = false;  // Params::x_fixed set: the layer's last matrix is DownT, not Down
   int per_attn_layer = 0, per_delta_layer = 0, per_token = 0;
 
   template <int K>
@@ -82,11 +86,24 @@ struct Schedule {
     return p;
   }
 
-  MEGAQWEN_MK_HD void init(int cta, int ctas, int vocab, uint64_t delta_mask = 0) {
+  MEGAQWEN_MK_HD void init(int cta, int ctas, int vocab, uint64_t delta_mask = 0, bool one_stage = false) {
+    one_stage_mlp = one_stage;
     part[int(Mat::Qkv)] = split<C::H>(C::QKV_ROWS, 1, cta, ctas);
     part[int(Mat::O)] = split<C::Q>(C::H, 1, cta, ctas);
     part[int(Mat::GateUp)] = split<C::H>(2 * C::I, 2, cta, ctas);
-    part[int(Mat::Down)] = split<C::I>(C::H, 1, cta, ctas);
+    if (one_stage) {
+      // The units of the CTA's gate/up pairs: pair i is unit i, so its act never leaves the CTA.
+      const Part& gu = part[int(Mat::GateUp)];
+      Part& dt = part[int(Mat::DownT)];
+      dt.row0 = gu.row0 / 2;
+      dt.rows = gu.rows / 2;
+      dt.chunk_rows = int(C::kBufBytes / (size_t(C::H) * 2));
+      dt.chunks = (dt.rows + dt.chunk_rows - 1) / dt.chunk_rows;
+      part[int(Mat::Down)] = Part{0, 0, 1, 0};
+    } else {
+      part[int(Mat::Down)] = split<C::I>(C::H, 1, cta, ctas);
+      part[int(Mat::DownT)] = Part{0, 0, 1, 0};
+    }
     if constexpr (C::kHybrid) {
       part[int(Mat::In)] = split<C::H>(C::IN_ROWS, 1, cta, ctas);
       part[int(Mat::Out)] = split<C::VD>(C::H, 1, cta, ctas);
@@ -95,7 +112,7 @@ struct Schedule {
     }
     part[int(Mat::Lm)] = split<C::H>(vocab, 1, cta, ctas);
     delta_layers = C::kHybrid ? delta_mask : 0;
-    const int mlp = part[int(Mat::GateUp)].chunks + part[int(Mat::Down)].chunks;
+    const int mlp = part[int(Mat::GateUp)].chunks + part[int(down_mat())].chunks;
     per_attn_layer = part[int(Mat::Qkv)].chunks + part[int(Mat::O)].chunks + mlp;
     per_delta_layer = part[int(Mat::In)].chunks + part[int(Mat::Out)].chunks + mlp;
     per_token = part[int(Mat::Lm)].chunks;
@@ -105,14 +122,16 @@ struct Schedule {
   MEGAQWEN_MK_HD bool is_delta(int l) const { return C::kHybrid && ((delta_layers >> l) & 1u); }
   MEGAQWEN_MK_HD int layer_chunks(int l) const { return is_delta(l) ? per_delta_layer : per_attn_layer; }
 
+  // The MLP's second matrix: Down (stage E's rows), or DownT (the one-stage MLP's units).
+  MEGAQWEN_MK_HD Mat down_mat() const { return one_stage_mlp ? Mat::DownT : Mat::Down; }
   // The i-th matrix a layer streams.
-  MEGAQWEN_MK_HD static Mat layer_mat(bool delta, int i) {
-    return i == 0 ? (delta ? Mat::In : Mat::Qkv) : i == 1 ? (delta ? Mat::Out : Mat::O) : i == 2 ? Mat::GateUp : Mat::Down;
+  MEGAQWEN_MK_HD Mat layer_mat(bool delta, int i) const {
+    return i == 0 ? (delta ? Mat::In : Mat::Qkv) : i == 1 ? (delta ? Mat::Out : Mat::O) : i == 2 ? Mat::GateUp : down_mat();
   }
 
   MEGAQWEN_MK_HD static int width(Mat m) {
     if (m == Mat::O) return C::Q;
-    if (m == Mat::Down) return C::I;
+    if (m == Mat::Down) return C::I;  // DownT rows are H wide
     if constexpr (C::kHybrid) {
       if (m == Mat::Out) return C::VD;
     }
@@ -120,7 +139,7 @@ struct Schedule {
   }
 
   // Chunk s of the launch (s counts on across tokens). Each layer streams its mixer's two matrices
-  // (attention: Qkv, O; DeltaNet: In, Out), then GateUp, Down; the LM head ends the token.
+  // (attention: Qkv, O; DeltaNet: In, Out), then GateUp, Down (one-stage MLP: DownT); the LM head ends the token.
   MEGAQWEN_MK_HD Chunk chunk(const Params& p, uint32_t s) const {
     int j = int(s % uint32_t(per_token));
     Mat m = Mat::Lm;
@@ -139,7 +158,10 @@ struct Schedule {
       m = layer_mat(delta, mi);
       const LayerWeights* lw = p.layers + l;
       // no indexed array: no stack
-      base = mi == 2 ? lw->gate_up : mi == 3 ? lw->down : mi == 0 ? (delta ? lw->in_proj : lw->qkv) : (delta ? lw->out : lw->o);
+      base = mi == 2   ? lw->gate_up
+             : mi == 3 ? (one_stage_mlp ? lw->down_t : lw->down)
+             : mi == 0 ? (delta ? lw->in_proj : lw->qkv)
+                       : (delta ? lw->out : lw->o);
     }
     const Part& pt = part[int(m)];
     const int row = pt.row0 + j * pt.chunk_rows;

@@ -1,6 +1,6 @@
 // The last stage of a token: final RMSNorm redundantly, this CTA's slice of the LM head with the
 // per-CTA best (value, id), then the token selection by the last CTA to arrive.
-//   in:      x[L] (H floats), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
+//   in:      x[L] (H floats; one-stage MLP: x_fixed[L]), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
 //            per CTA (0.6B on 132 CTAs: 1,152 rows = 2.36 MB in 36 chunks of 32 rows; the last CTA 1,024)
 //   out:     argmax and nucleus modes: best_v[cta], best_i[cta]; filtered and nucleus modes:
 //            sel_vals[row] for its rows; filtered mode: its top-k candidates cand_v / cand_i / cand_n
@@ -44,8 +44,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
     } else {
       c.wait_input(c.counter(Counter::DownDone, C::L - 1), c.all_ctas());
       timer.waited();
-      const float* xf = c.p.x + size_t(C::L) * C::H;
-      rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xf + i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
+      rms_norm_to_smem<C::H>([&](int i) { return c.residual(C::L, i); }, c.p.final_norm, c.p.eps, c.vec, c.red);
     }
     const SelectRule rule{c.p.temperature, c.p.gumbel, c.p.seed, c.p.step0 + uint64_t(c.t), c.p.counts,
                           c.p.repetition_penalty, c.p.presence_penalty, c.p.frequency_penalty};
