@@ -28,12 +28,13 @@
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
 #             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
-#             (MEGAQWEN_MK_VECTORS=flagged) and the timing probes (MEGAQWEN_MK_PROBE: no waits, no
-#             weights, both), also on Qwen3.5-0.8B; then the per-operator step kernel by kernel
+#             (MEGAQWEN_MK_VECTORS=flagged), the one-stage MLP (MEGAQWEN_MK_MLP=one-stage) and the
+#             timing probes (MEGAQWEN_MK_PROBE: no waits, no weights, both), also on Qwen3.5-0.8B; then the per-operator step kernel by kernel
 #             (MEGAQWEN_PEROP_PROFILE) on both models (PEROP PROFILE lines in the log)
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
-#             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors), Qwen3.5-0.8B at depth 1
+#             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors, and with the one-stage
+#             MLP), Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
@@ -374,6 +375,12 @@ mk_stage() {
     --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-flagged.json" ||
     echo "MK BENCH flagged FAILED"
   abl+=("qwen3-0.6b:flagged:$tmp/mk-bench-qwen3-0.6b-flagged.json")
+  # The MLP in one stage (each CTA's units through gate/up and down^T, fixed-point red.add into the
+  # residual stream): one edge fewer per layer (docs/MEGAKERNEL.md, "The one-stage MLP").
+  MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_MLP=one-stage timeout --foreground 40 "$mq" bench --model "$model" --device cuda \
+    --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-one-stage.json" ||
+    echo "MK BENCH one-stage FAILED"
+  abl+=("qwen3-0.6b:one-stage:$tmp/mk-bench-qwen3-0.6b-one-stage.json")
   # The timing probes (meaningless tokens, only the time counts; docs/MEGAKERNEL.md, "Timing probes"):
   # no-waits is the weight stream and the work with one grid-wide edge per token, no-weights the
   # chain of edges and the work without weights; together they split a token's time.
@@ -386,10 +393,10 @@ mk_stage() {
   done
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || true
   if [ -f "$hybrid_model/model.safetensors" ]; then
-    for k in counters flagged probe-no-waits probe-no-weights; do
-      local vectors=counters probe=
-      case $k in flagged) vectors=flagged ;; probe-*) probe=${k#probe-} ;; esac
-      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe \
+    for k in counters flagged one-stage probe-no-waits probe-no-weights; do
+      local vectors=counters probe= mlp=two-stage
+      case $k in flagged) vectors=flagged ;; one-stage) mlp=one-stage ;; probe-*) probe=${k#probe-} ;; esac
+      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe MEGAQWEN_MK_MLP=$mlp \
         timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
         --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
         --json "$tmp/mk-bench-qwen3.5-0.8b-$k.json" || echo "MK BENCH qwen3.5-0.8b $k FAILED"
@@ -425,15 +432,17 @@ mk_timing_stage() {
     echo "no bench_mk_edges in $gb/bin (build-gpu.sh builds it where Google Benchmark is installed)"
   fi
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
-  for run in "qwen3-0.6b:$model:1:counters" "qwen3-0.6b:$model:1:flagged" "qwen3-0.6b:$model:4096:counters" \
-    "qwen3.5-0.8b:$hybrid_model:1:counters"; do
-    IFS=: read -r name dir depth vectors <<<"$run"
+  for run in "qwen3-0.6b:$model:1:counters" "qwen3-0.6b:$model:1:flagged" "qwen3-0.6b:$model:1:one-stage" \
+    "qwen3-0.6b:$model:4096:counters" "qwen3.5-0.8b:$hybrid_model:1:counters"; do
+    IFS=: read -r name dir depth form <<<"$run"
     [ -f "$dir/model.safetensors" ] || continue
-    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench \
+    local vectors=$form mlp=two-stage
+    [ "$form" = one-stage ] && vectors=counters mlp=one-stage
+    MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_MLP=$mlp timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench \
       --model "$dir" --device cuda --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 \
-      --json "$tmp/mk-timing-$name-d$depth-$vectors.json" >"$tmp/mk-timing.txt" 2>&1 || rc=1
+      --json "$tmp/mk-timing-$name-d$depth-$form.json" >"$tmp/mk-timing.txt" 2>&1 || rc=1
     cat "$tmp/mk-timing.txt"
-    awk -v w="$name depth $depth $vectors" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
+    awk -v w="$name depth $depth $form" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"
     grep -q "stage timing" "$tmp/mk-timing.txt" || { echo "MK TIMING $name depth $depth: no timing report (a build without the slots?)"; rc=1; }
   done
   return $rc
