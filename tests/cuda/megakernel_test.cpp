@@ -663,6 +663,15 @@ TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
   expect_refused("MEGAQWEN_MK_MLP", {"one-stage"});
 }
 
+// The watchdog's seconds (MEGAQWEN_MK_WATCHDOG_S) are read when the engine builds the kernel, so a
+// bad value is refused there, by name, instead of silently switching the watchdog off mid-run.
+TEST_F(MegakernelTiny, WatchdogSecondsAreCheckedUpFront) {
+  expect_refused("MEGAQWEN_MK_WATCHDOG_S", {"abc", "-1", "5s", "nan"});
+  cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_WATCHDOG_S", "0");  // off: a valid choice
+  mk.prefill(random_ids(8, 43));
+  EXPECT_EQ(run_megakernel(mk, 5, 4).tokens.size(), 4u);
+}
+
 // Gumbel-max in the megakernel draws the same token as the per-operator device sampler when the
 // logits agree: compare each step's draw with the per-op sampler on the megakernel's own logits' key.
 TEST_F(MegakernelTiny, SampledRunsAgreeWithPerOpDeviceSampling) {

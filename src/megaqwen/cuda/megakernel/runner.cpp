@@ -144,6 +144,14 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
            "'flagged' (the words carry their token's epoch and the readers poll them); got '{}'", env);
     flagged_ = v == "flagged";
   }
+  if (const char* env = std::getenv("MEGAQWEN_MK_WATCHDOG_S"); env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (*end != '\0' || !(v >= 0.0) || v > 1e6)
+      fail("MEGAQWEN_MK_WATCHDOG_S must be seconds without a new token before the counters are dumped, 0..1e6 "
+           "(0: off); got '{}'", env);
+    watchdog_s_ = v;
+  }
   if (const char* env = std::getenv("MEGAQWEN_MK_MLP"); env && *env) one_stage_mlp_ = parse_mlp_form(env, flagged_);
   if (one_stage_mlp_ && one_stage_units_per_cta(c.intermediate_size, ctas_) > info_.one_stage_units)
     fail("megakernel: MEGAQWEN_MK_MLP=one-stage keeps each CTA's intermediate units in shared memory, at most {}; "
@@ -526,10 +534,7 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   // Watchdog: a persistent kernel that deadlocks never returns; after watchdog_s without a new token
   // the counters are printed, and once they stop moving the process aborts (a test run then ends with
   // the diagnosis instead of hanging until its timeout). 0 disables it.
-  static const double watchdog_s = [] {
-    const char* env = std::getenv("MEGAQWEN_MK_WATCHDOG_S");
-    return env && *env ? std::atof(env) : 20.0;
-  }();
+  const double watchdog_s = watchdog_s_;
   auto last_progress = std::chrono::steady_clock::now();
   std::vector<uint32_t> watched;
   bool slow_noted = false;

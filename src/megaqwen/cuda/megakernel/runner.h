@@ -155,6 +155,7 @@ class Megakernel {
   bool one_stage_mlp_ = false;  // MEGAQWEN_MK_MLP=one-stage
   uint32_t ablate_ = 0;  // MEGAQWEN_MK_ABLATE (layout.h, kAblate*): optimizations switched back, for benchmarks
   uint32_t probe_ = 0;   // MEGAQWEN_MK_PROBE (layout.h, kProbe*): timing probes, meaningless tokens
+  double watchdog_s_ = 20.0;  // MEGAQWEN_MK_WATCHDOG_S: seconds without a new token before the counter dump (0: off)
   uint64_t timed_tokens_ = 0;
   uint64_t launches_ = 0;
   std::vector<unsigned long long> timing_sum_;
