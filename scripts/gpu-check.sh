@@ -94,16 +94,36 @@ stage() {
   fi
   ((budget > left)) && budget=$left
   say "=== $name (limit ${budget}s) ==="
+  # Anything else on the GPU shares its SMs with this stage's kernels and its numbers are void.
+  local busy
+  busy=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null | paste -sd';')
+  [ -z "$busy" ] || say "=== $name: WARNING: the GPU already runs $busy"
   local t0=$SECONDS
   # The stage functions run in a child bash (timeout cannot call a function): they and the variables
   # they use are exported below. This timeout kills the stage's whole process group; the timeouts
   # inside the stages run with --foreground so that they stay in that group (a plain one moves to a
   # group of its own, and a test cut off with its stage would go on running beside the next stage's
   # benchmarks).
-  timeout --kill-after=10 "$budget" bash -c "$*" >>"$log" 2>&1
+  # In the background only to learn timeout's pid, which is the stage's process group id.
+  timeout --kill-after=10 "$budget" bash -c "$*" >>"$log" 2>&1 &
+  local group=$!
+  wait "$group"
   local rc=$?
   status[$name]="rc $rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' (timed out)')"
   say "=== $name: ${status[$name]}"
+  reap_group "$group" "$name"
+}
+
+# reap_group PGID STAGE: kills what a finished stage left running in its process group. An inner
+# timeout --foreground kills only its own child: on 2026-11-28 racecheck's cut left its test process
+# running on the GPU beside the next stage, whose Qwen3.5 numbers then came out ~3x slow.
+reap_group() {
+  local left
+  left=$(ps -eo pid=,pgid=,args= | awk -v g="$1" '$2 == g {print}')
+  [ -n "$left" ] || return 0
+  say "=== $2: killed what it left running: $(echo "$left" | awk '{$2=""; print}' | cut -c1-160 | paste -sd';')"
+  kill -KILL -- "-$1" 2>/dev/null
+  sleep 1
 }
 
 # The binaries: $gb/bin/NAME, or $gb/bin/NAME.xz unpacked here (build-llamacpp.sh's bundle packs
@@ -315,6 +335,8 @@ memcheck_stage() {
     MEGAQWEN_TEST_QUICK=1 LD_LIBRARY_PATH="$libpath" timeout --foreground 120 "$sanitizer" --tool $tool --error-exitcode 9 --print-limit 20 \
       "$bin/test_cuda" --gtest_filter='MegakernelTiny.RepeatedRunsAreBitIdentical:Megakernel.Selection*' &&
       echo "MK SANITIZER $tool: clean" || { echo "MK SANITIZER $tool: rc $?"; rc=1; }
+    # A cut sanitizer leaves its target running (timeout --foreground kills only the tool).
+    pkill -KILL -f "^$bin/test_cuda --gtest_filter=MegakernelTiny" 2>/dev/null && echo "MK SANITIZER $tool: killed its leftover test"
   done
   return $rc
 }
