@@ -17,7 +17,7 @@
 // then the row sets' partials in [0, kPartialFloats).
 #pragma once
 
-#include "megaqwen/cuda/megakernel/context.cuh"
+#include "megaqwen/cuda/megakernel/stage_mlp.cuh"  // gate_up_swiglu
 
 namespace megaqwen::cuda::mk {
 
@@ -29,13 +29,7 @@ __device__ void stage_mlp_one_stage(Ctx<C>& c, int l) {
   {
     StageTimer timer(c.p.timing, c.cta, Stage::Mlp, &c.stream.weight_wait_ns);
     if (dt.rows > 0) {
-      c.wait_input(c.counter(Counter::ODone, l), c.all_ctas());
-      timer.waited();
-      const float* xm = c.p.xmid + size_t(l) * C::H;
-      rms_norm_to_smem<C::H>([&](int i) { return __ldcg(xm + i); }, c.p.layers[l].post_norm, c.p.eps, c.vec, c.red);
-      stream_rows<C::H>(c, Mat::GateUp, c.vec, [&](int row, float gate, float up, bool) {
-        act[row / 2 - dt.row0] = gate / (1.0f + expf(-gate)) * up;  // rows come in aligned pairs
-      });
+      gate_up_swiglu<false>(c, l, timer, [&](int unit, float a) { act[unit - dt.row0] = a; });
       c.stream.flush();  // no signal here: the last gate/up buffer's refill goes out at once
     }
   }
