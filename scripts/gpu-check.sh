@@ -28,13 +28,13 @@
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
 #             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
-#             (MEGAQWEN_MK_VECTORS=flagged), the one-stage MLP (MEGAQWEN_MK_MLP=one-stage) and the
+#             (MEGAQWEN_MK_VECTORS=flagged), the one-stage MLP (MEGAQWEN_MK_MLP=one-stage), both, and the
 #             timing probes (MEGAQWEN_MK_PROBE: no waits, no weights, both), also on Qwen3.5-0.8B; then the per-operator step kernel by kernel
 #             (MEGAQWEN_PEROP_PROFILE) on both models (PEROP PROFILE lines in the log)
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
-#             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors, and with the one-stage
-#             MLP), Qwen3.5-0.8B at depth 1
+#             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors, with the one-stage MLP,
+#             and with both), Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
@@ -403,6 +403,11 @@ mk_stage() {
     --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-one-stage.json" ||
     echo "MK BENCH one-stage FAILED"
   abl+=("qwen3-0.6b:one-stage:$tmp/mk-bench-qwen3-0.6b-one-stage.json")
+  # Both: the one-stage MLP's sums behind DownDone, every other edge on flagged words.
+  MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=flagged MEGAQWEN_MK_MLP=one-stage timeout --foreground 40 "$mq" bench \
+    --model "$model" --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
+    --json "$tmp/mk-bench-qwen3-0.6b-flagged-one-stage.json" || echo "MK BENCH flagged+one-stage FAILED"
+  abl+=("qwen3-0.6b:flagged+one-stage:$tmp/mk-bench-qwen3-0.6b-flagged-one-stage.json")
   # The timing probes (meaningless tokens, only the time counts; docs/MEGAKERNEL.md, "Timing probes"):
   # no-waits is the weight stream and the work with one grid-wide edge per token, no-weights the
   # chain of edges and the work without weights; together they split a token's time.
@@ -415,9 +420,10 @@ mk_stage() {
   done
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || true
   if [ -f "$hybrid_model/model.safetensors" ]; then
-    for k in counters flagged one-stage probe-no-waits probe-no-weights; do
+    for k in counters flagged one-stage flagged+one-stage probe-no-waits probe-no-weights; do
       local vectors=counters probe= mlp=two-stage
-      case $k in flagged) vectors=flagged ;; one-stage) mlp=one-stage ;; probe-*) probe=${k#probe-} ;; esac
+      case $k in flagged) vectors=flagged ;; one-stage) mlp=one-stage ;; flagged+one-stage) vectors=flagged mlp=one-stage ;;
+        probe-*) probe=${k#probe-} ;; esac
       MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe MEGAQWEN_MK_MLP=$mlp \
         timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
         --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
@@ -455,11 +461,11 @@ mk_timing_stage() {
   fi
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
   for run in "qwen3-0.6b:$model:1:counters" "qwen3-0.6b:$model:1:flagged" "qwen3-0.6b:$model:1:one-stage" \
-    "qwen3-0.6b:$model:4096:counters" "qwen3.5-0.8b:$hybrid_model:1:counters"; do
+    "qwen3-0.6b:$model:1:flagged+one-stage" "qwen3-0.6b:$model:4096:counters" "qwen3.5-0.8b:$hybrid_model:1:counters"; do
     IFS=: read -r name dir depth form <<<"$run"
     [ -f "$dir/model.safetensors" ] || continue
     local vectors=$form mlp=two-stage
-    [ "$form" = one-stage ] && vectors=counters mlp=one-stage
+    case $form in one-stage) vectors=counters mlp=one-stage ;; flagged+one-stage) vectors=flagged mlp=one-stage ;; esac
     MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_MLP=$mlp timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench \
       --model "$dir" --device cuda --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 \
       --json "$tmp/mk-timing-$name-d$depth-$form.json" >"$tmp/mk-timing.txt" 2>&1 || rc=1

@@ -8,8 +8,8 @@ KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its
 (megakernel-topk: Qwen's sampling defaults; megakernel-nucleus: top-p without a top-k;
 megakernel-logprobs: greedy draws scored in the kernel; ablate-N:
 MEGAQWEN_MK_ABLATE=N; merge-N: MEGAQWEN_MK_MERGE_SPLITS=N; counters / flagged:
-MEGAQWEN_MK_VECTORS; one-stage: MEGAQWEN_MK_MLP=one-stage; probe-P: the timing probe
-MEGAQWEN_MK_PROBE=P).
+MEGAQWEN_MK_VECTORS; one-stage: MEGAQWEN_MK_MLP=one-stage; flagged+one-stage: both;
+probe-P: the timing probe MEGAQWEN_MK_PROBE=P).
 
 Where the timing probes ran (probe-no-waits, probe-no-weights, probe-no-waits,no-weights) it also
 prints, per position, the split of a token's time they give (MK SPLIT lines, docs/MEGAKERNEL.md

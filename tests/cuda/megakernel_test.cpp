@@ -618,13 +618,14 @@ TEST_F(MegakernelTiny, TimingProbesRunEveryTokenAndSayWhatTheyAre) {
 
 // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage: each CTA's units through gate/up and down^T, summed
 // into the residual stream with fixed-point atomics) against the per-operator path and the CPU engine
-// (the thresholds of Greedy256MatchesPerOpAndCpu), over two launches in a row (stage C restarts the
-// sums every token: nothing is cleared between launches); a rerun of the same steps gives the same
-// bits, whatever order the atomics landed in. Bad values, and the one-stage MLP with flagged vectors,
-// are refused by name.
+// (the thresholds of Greedy256MatchesPerOpAndCpu), over two launches in a row (the kernel zeroes each
+// token's sums during the token before; the runner only the first token's half); a rerun of the same
+// steps gives the same bits, whatever order the atomics landed in, and so does the one-stage MLP with
+// flagged vectors (their readers poll xmid, the sums' readers wait on DownDone). Bad values are
+// refused by name.
 TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
-  EXPECT_FALSE(cuda::mk::parse_mlp_form("two-stage", true));
-  EXPECT_TRUE(cuda::mk::parse_mlp_form("one-stage", false));
+  EXPECT_FALSE(cuda::mk::parse_mlp_form("two-stage"));
+  EXPECT_TRUE(cuda::mk::parse_mlp_form("one-stage"));
   const auto prompt = random_ids(24, 37);
   cuda::CudaEngine mk = engine_with("MEGAQWEN_MK_MLP", "one-stage");
   ASSERT_TRUE(mk.uses_megakernel()) << mk.decode_kernel_note();
@@ -658,9 +659,18 @@ TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
   const MkRun first_launch{std::vector<int32_t>(run.tokens.begin(), run.tokens.begin() + n),
                            std::vector<float>(run.logits.begin(), run.logits.begin() + std::ptrdiff_t(size_t(n) * V()))};
   expect_same_bits(again, first_launch, "the one-stage MLP run again");
+  {
+    test::ScopedEnv flagged("MEGAQWEN_MK_VECTORS", "flagged");
+    cuda::CudaEngine both = engine_with("MEGAQWEN_MK_MLP", "one-stage");
+    ASSERT_TRUE(both.megakernel()->one_stage_mlp() && both.megakernel()->flagged_vectors()) << both.decode_kernel_note();
+    EXPECT_EQ(test::argmax(both.prefill(prompt)), first);
+    expect_same_bits(run_megakernel(both, first, n), first_launch, "the one-stage MLP with flagged vectors, launch 1");
+    const MkRun second_launch{std::vector<int32_t>(run.tokens.begin() + n, run.tokens.end()),
+                              std::vector<float>(run.logits.begin() + std::ptrdiff_t(size_t(n) * V()), run.logits.end())};
+    expect_same_bits(run_megakernel(both, first_launch.tokens.back(), n), second_launch,
+                     "the one-stage MLP with flagged vectors, launch 2");
+  }
   expect_refused("MEGAQWEN_MK_MLP", {"one", "1", "ONE-STAGE", "two-stage,one-stage"});
-  test::ScopedEnv flagged("MEGAQWEN_MK_VECTORS", "flagged");
-  expect_refused("MEGAQWEN_MK_MLP", {"one-stage"});
 }
 
 // The watchdog's seconds (MEGAQWEN_MK_WATCHDOG_S) are read when the engine builds the kernel, so a

@@ -63,16 +63,33 @@ struct Ctx {
     else return p.qkv_words != nullptr;
   }
 
-  // The one-stage MLP (layout.h, Params::x_fixed): stage D adds into the residual stream itself.
+  // The one-stage MLP (layout.h, Params::x_fixed): stage D adds its down products into a fixed-point
+  // sum itself, and x[l + 1] is xmid[l] plus that sum.
   __device__ bool one_stage_mlp() const { return p.x_fixed != nullptr; }
+  // Whether x (the residual entering a layer) is a vector of flagged words its readers poll: with the
+  // one-stage MLP it is not (a sum of atomics carries no epoch; its readers wait on DownDone).
+  __device__ bool x_flagged() const { return flagged() && !one_stage_mlp(); }
+  // The one-stage MLP's sum for the residual entering layer l (l >= 1: layer l - 1's down products),
+  // in token t's parity half (layout.h, Params::x_fixed).
+  __device__ unsigned long long* mlp_sum(int l) const {
+    return p.x_fixed + (size_t(t & 1) * (C::L + 1) + size_t(l)) * C::H;
+  }
+  // The one-stage MLP: this CTA's share of the other parity half, zeroed for token t + 1. Its sums were
+  // last read in token t - 1, whose reads all precede Step = t; these stores precede this CTA's LM-head
+  // ticket, so Step = t + 1, and with it every add of token t + 1. Stores only: no barrier needed.
+  __device__ void clear_next_mlp_sums() const {
+    unsigned long long* next = p.x_fixed + size_t((t + 1) & 1) * (C::L + 1) * C::H + C::H;  // rows 1..L
+    for (int i = cta * kThreads + int(threadIdx.x); i < C::L * C::H; i += ctas * kThreads) __stcg(next + i, 0ull);
+  }
 
   // Residual stream entering layer l (l = L: the final norm's input), element i: the token's
   // embedding row for l = 0 (never copied), else x[l] written by stage E of layer l - 1 in this
-  // launch (read through L2), or with the one-stage MLP its fixed-point sum.
+  // launch (read through L2), or with the one-stage MLP xmid[l - 1] plus the fixed-point sum of
+  // layer l - 1's down products (one fp32 add, the same in any order of the sum's adds).
   __device__ float residual(int l, int i) const {
     if (l == 0) return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p.embed) + size_t(token) * C::H + i)) << 16);
+    if (one_stage_mlp()) return xmid_at(l - 1, i) + from_fixed(__ldcg(mlp_sum(l) + i));
     if (flagged()) return load_flagged_value(p.x_words + size_t(l) * C::H + i, epoch());
-    if (one_stage_mlp()) return from_fixed(__ldcg(p.x_fixed + size_t(l) * C::H + i));
     return __ldcg(p.x + size_t(l) * C::H + i);
   }
   __device__ float xmid_at(int l, int i) const {
@@ -84,15 +101,9 @@ struct Ctx {
     if (flagged()) store_flagged(p.x_words + size_t(l) * C::H + i, v, epoch());
     else __stcg(p.x + size_t(l) * C::H + i, v);
   }
-  // With the one-stage MLP, xmid[l][i] also starts layer l's output sum (x_fixed[l + 1]): stage D's
-  // adds come after ODone, which orders this store before them.
   __device__ void store_xmid(int l, int i, float v) const {
-    if (flagged()) {
-      store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
-      return;
-    }
-    __stcg(p.xmid + size_t(l) * C::H + i, v);
-    if (one_stage_mlp()) __stcg(p.x_fixed + size_t(l + 1) * C::H + i, to_fixed(v));
+    if (flagged()) store_flagged(p.xmid_words + size_t(l) * C::H + i, v, epoch());
+    else __stcg(p.xmid + size_t(l) * C::H + i, v);
   }
   __device__ void store_qkv(int l, int i, float v) const {
     if (flagged_qkv()) store_flagged(p.qkv_words + size_t(l) * C::kQkvRowFloats + i, v, epoch());

@@ -28,7 +28,7 @@
 //   MlpDone stays at 0)
 //   (ODone, MlpDone and DownDone stay at 0 with flagged vectors, Params::x_words: the data carries
 //   its own epoch and the readers poll it; in the Qwen3 configs QkvReady and AttnReady too,
-//   Params::qkv_words)
+//   Params::qkv_words; DownDone counts on with the one-stage MLP: its sums carry no epoch)
 //   LmTicket            -               LM head, every CTA once          ctas        (ticket: last CTA selects)
 //   Step                -               the selecting CTA: = t + 1       1           every CTA, next token
 //   Done / StopSeen     -               flags (0/1), not counters
@@ -277,14 +277,16 @@ struct Params {
   uint64_t* partial_o_words;   // [L, heads, S, D]
   uint64_t* partial_ml_words;  // [L, heads, S, 2]
   uint64_t* attn_words;        // [L, Q]
-  // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage; null: off, the two stages D and E): the residual
-  // stream entering each layer in 64-bit fixed point (fixed_sum.cuh), x_fixed[l + 1] for layer l's
-  // output. Stage C (C') stores its rows of xmid[l] there; stage D adds every CTA's partial of the
-  // down projection over its own intermediate units into all H words with red.add (integer sums are
-  // exact in any order, so runs stay bit-identical), then signals DownDone. Its readers (stages A, C
-  // and the LM head) convert the words back to fp32; x above is then neither written nor read, and
-  // neither is act (the CTA keeps its units' act in shared memory). Excludes flagged vectors.
-  unsigned long long* x_fixed;  // [L + 1, H] (row 0 unused: the embedding row)
+  // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage; null: off, the two stages D and E): layer l's down
+  // projection as a 64-bit fixed-point sum (fixed_sum.cuh), row l + 1 of the half for token t's
+  // parity (Ctx::mlp_sum). Stage D adds every CTA's partial over its own intermediate units into all
+  // H words with red.add (integer sums are exact in any order, so runs stay bit-identical), then
+  // signals DownDone; the readers of x[l + 1] (stages A, C and the LM head) take xmid[l] + the sum in
+  // fp32 (Ctx::residual). The half for parity 0 is zeroed before each launch; during token t every CTA
+  // zeroes its share of the other half, for token t + 1 (Ctx::clear_next_mlp_sums). x above is then
+  // neither written nor read, nor is act (the CTA keeps its units' act in shared memory), nor, with
+  // flagged vectors, x_words.
+  unsigned long long* x_fixed;  // [2, L + 1, H] (row 0 of each half unused: the embedding row)
   float* partial_o;   // [L, heads, S, D]
   float* partial_ml;  // [L, heads, S, 2]
   float* best_v;      // [ctas]      per-CTA best transformed logit

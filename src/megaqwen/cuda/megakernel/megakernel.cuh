@@ -5,7 +5,8 @@
 //   then               stage_lm_head (final norm, LM head slice, per-CTA best, token selection)
 // A Qwen3.5 hybrid's DeltaNet layers run A' stage_delta_in -> B' stage_delta_rule -> C' stage_delta_out
 // in place of A -> B -> C (its attention layers run A, B, C with the gated-attention variants).
-// The one-stage MLP (Params::x_fixed, stage_mlp_one_stage.cuh) runs D and E as one stage.
+// The one-stage MLP (Params::x_fixed, stage_mlp_one_stage.cuh) runs D and E as one stage; its sums'
+// other parity half is zeroed at each token's start (Ctx::clear_next_mlp_sums).
 // The token loop continues with the drawn token's embedding row, at position + 1, until the
 // selecting CTA sets Done (eos id, budget, host stop request). No grid-wide barrier: each stage waits
 // only for the counter(s) its input needs (layout.h), and the weight stream (stream.cuh) runs ahead of
@@ -73,6 +74,7 @@ __device__ __forceinline__ void megakernel_body(const Params& p, uint8_t* smem) 
       if (c.flags[1]) break;
       c.token = c.flags[2];
     }
+    if (c.one_stage_mlp()) c.clear_next_mlp_sums();
     for (int l = 0; l < C::L; ++l) {
       bool delta = false;
       if constexpr (C::kHybrid) {

@@ -64,16 +64,12 @@ uint32_t parse_probe(const std::string& value, bool flagged_vectors) {
   return probe;
 }
 
-bool parse_mlp_form(const std::string& value, bool flagged_vectors) {
+bool parse_mlp_form(const std::string& value) {
   if (value != "two-stage" && value != "one-stage")
     fail("MEGAQWEN_MK_MLP must be 'two-stage' (stage D gate/up, stage E down, an edge between them) or "
          "'one-stage' (each CTA's units through gate/up and down^T, summed with fixed-point atomics); got '{}'",
          value);
-  const bool one_stage = value == "one-stage";
-  if (one_stage && flagged_vectors)
-    fail("MEGAQWEN_MK_MLP=one-stage sums the residual stream in fixed point and cannot be combined with "
-         "MEGAQWEN_MK_VECTORS=flagged");
-  return one_stage;
+  return value == "one-stage";
 }
 
 std::string probe_name(uint32_t probe) {
@@ -152,7 +148,7 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
            "(0: off); got '{}'", env);
     watchdog_s_ = v;
   }
-  if (const char* env = std::getenv("MEGAQWEN_MK_MLP"); env && *env) one_stage_mlp_ = parse_mlp_form(env, flagged_);
+  if (const char* env = std::getenv("MEGAQWEN_MK_MLP"); env && *env) one_stage_mlp_ = parse_mlp_form(env);
   if (one_stage_mlp_ && one_stage_units_per_cta(c.intermediate_size, ctas_) > info_.one_stage_units)
     fail("megakernel: MEGAQWEN_MK_MLP=one-stage keeps each CTA's intermediate units in shared memory, at most {}; "
          "{} CTAs leave {} units per CTA of {}",
@@ -183,7 +179,7 @@ Megakernel::Megakernel(const ModelConfig& c, Binding binding, int device, cudaSt
       transpose_bf16(binding_.layers[l].down, int(H), int(I), dst, stream_);
       binding_.layers[l].down_t = dst;
     }
-    x_fixed_.resize((L + 1) * H);
+    x_fixed_.resize(2 * (L + 1) * H);  // two halves by token parity (layout.h, Params::x_fixed)
   }
   layers_.resize(binding_.layers.size());
   // On stream_ and waited for: a pageable cudaMemcpy (legacy stream) may return before its DMA lands,
@@ -460,6 +456,8 @@ int Megakernel::launch_once(int pos, const RunRequest& req, int32_t token, int m
   for (DeviceBuffer<uint64_t>* words :
        {&x_words_, &xmid_words_, &act_words_, &qkv_words_, &partial_o_words_, &partial_ml_words_, &attn_words_})
     if (words->size()) CUDA_CHECK(cudaMemsetAsync(words->data(), 0, words->bytes(), stream_));
+  // The one-stage MLP's sums for token 0 (parity 0) start at zero; the kernel zeroes each next half.
+  if (x_fixed_.size()) CUDA_CHECK(cudaMemsetAsync(x_fixed_.data(), 0, x_fixed_.bytes() / 2, stream_));
 
   Params p{};
   p.layers = layers_.data();

@@ -28,9 +28,9 @@ namespace megaqwen::cuda::mk {
 // the data itself). Throws megaqwen::Error naming the bad value.
 uint32_t parse_probe(const std::string& value, bool flagged_vectors);
 std::string probe_name(uint32_t probe);  // "no-waits,no-weights"
-// MEGAQWEN_MK_MLP: "two-stage" (false, the default) or "one-stage" (true: stage_mlp_one_stage.cuh),
-// which is refused with flagged vectors. Throws megaqwen::Error naming the bad value.
-bool parse_mlp_form(const std::string& value, bool flagged_vectors);
+// MEGAQWEN_MK_MLP: "two-stage" (false, the default) or "one-stage" (true: stage_mlp_one_stage.cuh).
+// Throws megaqwen::Error naming the bad value.
+bool parse_mlp_form(const std::string& value);
 
 // What the kernel reads and writes of one engine, in the GPU layout both paths share: per layer its
 // weights, KV cache rows and (DeltaNet layers) states; the embedding, the LM head, the final norm and
@@ -130,7 +130,7 @@ class Megakernel {
   // in the Qwen3 configs only.
   DeviceBuffer<uint64_t> x_words_, xmid_words_, act_words_, qkv_words_, partial_o_words_, partial_ml_words_, attn_words_;
   // The one-stage MLP (MEGAQWEN_MK_MLP=one-stage; layout.h, Params::x_fixed): every layer's down^T
-  // and the fixed-point residual stream.
+  // and the fixed-point sums of the down products (two halves by token parity).
   DeviceBuffer<uint16_t> down_t_;
   DeviceBuffer<unsigned long long> x_fixed_;
   DeviceBuffer<int32_t> best_i_, tokens_;

@@ -1,6 +1,6 @@
 // The last stage of a token: final RMSNorm redundantly, this CTA's slice of the LM head with the
 // per-CTA best (value, id), then the token selection by the last CTA to arrive.
-//   in:      x[L] (H floats; one-stage MLP: x_fixed[L]), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
+//   in:      x[L] (H floats; one-stage MLP: xmid[L - 1] + its sum), final_norm; weights lm_head rows [row0, row0 + rows), ceil(V / ctas) rows
 //            per CTA (0.6B on 132 CTAs: 1,152 rows = 2.36 MB in 36 chunks of 32 rows; the last CTA 1,024)
 //   out:     argmax and nucleus modes: best_v[cta], best_i[cta]; filtered and nucleus modes:
 //            sel_vals[row] for its rows; filtered mode: its top-k candidates cand_v / cand_i / cand_n
@@ -11,6 +11,7 @@
 //            slot (and `finished`)
 //   bytes:   V * H * 2 per token over all CTAs (0.6B: 311 MB, a quarter of the token's bytes)
 //   waits:   DownDone[L - 1] >= ctas * (t + 1); flagged vectors: polls x[L]'s words for the token's epoch
+//            (with the one-stage MLP too: DownDone)
 //   signals: LmTicket += 1 (acq_rel ticket) from every CTA; the last (ticket == ctas * (t + 1) - 1)
 //            stores Step = t + 1 (release): every CTA's next token starts on it
 // CTA 0 reads the host's stop request (mapped memory, a PCIe round trip) before it waits, so the read
@@ -37,7 +38,7 @@ __device__ void stage_lm_head(Ctx<C>& c) {
   {
     StageTimer timer(c.p.timing, c.cta, Stage::LmHead, &c.stream.weight_wait_ns);
     if (c.cta == 0 && threadIdx.x == 0 && c.p.mailbox->stop) __stcg(reinterpret_cast<int*>(c.counter(Counter::StopSeen)), 1);
-    if (c.flagged()) {
+    if (c.x_flagged()) {
       load_flagged_vec<C::H>(c.p.x_words + size_t(C::L) * C::H, c.epoch(), c.vec);  // polling it is the wait
       timer.waited();
       rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, c.p.final_norm, c.p.eps, c.vec, c.red);

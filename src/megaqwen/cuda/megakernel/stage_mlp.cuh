@@ -16,12 +16,10 @@ namespace megaqwen::cuda::mk {
 // Stage D's work up to its outputs, shared with the one-stage MLP (stage_mlp_one_stage.cuh): the
 // wait for xmid[l] (ODone, or its flagged words), its RMSNorm, then the CTA's gate/up row pairs;
 // store(unit, act) runs on lane 0 of a warp for each of its units. The CTA must own gate/up rows.
-// kFlaggedForm false: the caller never runs with flagged vectors (the one-stage MLP), and the polling
-// branch is not compiled into it (it had cost the 4B 44 more bytes of spill loads).
-template <bool kFlaggedForm = true, class C, class Store>
+template <class C, class Store>
 __device__ __forceinline__ void gate_up_swiglu(Ctx<C>& c, int l, StageTimer& timer, Store&& store) {
   const float* norm_w = c.p.layers[l].post_norm;
-  if (kFlaggedForm && c.flagged()) {
+  if (c.flagged()) {
     load_flagged_vec<C::H>(c.p.xmid_words + size_t(l) * C::H, c.epoch(), c.vec);  // polling it is the wait
     timer.waited();
     rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);

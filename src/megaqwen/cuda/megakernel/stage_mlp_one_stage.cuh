@@ -1,18 +1,21 @@
 // Stages D and E in one (the one-stage MLP, MEGAQWEN_MK_MLP=one-stage; layout.h, Params::x_fixed).
 // Each CTA owns a slice of the intermediate units: after its gate/up row pairs and SwiGLU it keeps
 // its units' act in shared memory and multiplies them by the same units' rows of down^T (the
-// transposed down, [I, H]), a partial of all H outputs; every CTA adds its partial into x_fixed[l + 1]
-// (fixed_sum.cuh: integer red.add, exact in any order), which stage C already started with xmid[l].
+// transposed down, [I, H]), a partial of all H outputs; every CTA adds its partial into the sum for
+// layer l + 1 (fixed_sum.cuh: integer red.add, exact in any order), which its readers add to
+// xmid[l] (Ctx::residual). The sums come in two halves by token parity, each zeroed by the CTAs
+// during the token before its use (Ctx::clear_next_mlp_sums), so nothing has to start them.
 // What it saves: the D -> E edge (MlpDone: a release, a poll and the act vector through L2), one of
 // five per layer, for H contended red.adds per CTA and a barrier's wait for them to drain before the
 // release of DownDone. The two-stage form (stage_mlp.cuh, stage_down.cuh) stays the default until the
 // H200 says which is faster.
 //   in:      xmid[l] (H floats), post_norm[l]; weights gate_up[l] rows [2 u0, 2 (u0 + n)) and down_t[l]
 //            rows [u0, u0 + n): the CTA's n units (0.6B on 132 CTAs: 24 units, 96 + 48 KB)
-//   out:     x_fixed[l + 1][j] += sum over its units u of act_u * down_t[u][j], for every j < H
-//   waits:   ODone[l] >= ctas * (t + 1) (the norm needs the whole xmid, and C's stores of x_fixed must
-//            precede the adds)
-//   signals: DownDone[l] += 1 (every CTA, units or not); MlpDone stays at 0
+//   out:     mlp_sum(l + 1)[j] += sum over its units u of act_u * down_t[u][j], for every j < H
+//   waits:   ODone[l] >= ctas * (t + 1) (the norm needs the whole xmid); flagged vectors: polls
+//            xmid[l]'s words for the token's epoch instead
+//   signals: DownDone[l] += 1 (every CTA, units or not; with flagged vectors too: the sum carries no
+//            epoch); MlpDone stays 0
 // Shared memory (the vector region): the normed xmid in [0, H) while gate/up runs, act at kActOffset,
 // then the row sets' partials in [0, kPartialFloats).
 #pragma once
@@ -29,7 +32,7 @@ __device__ void stage_mlp_one_stage(Ctx<C>& c, int l) {
   {
     StageTimer timer(c.p.timing, c.cta, Stage::Mlp, &c.stream.weight_wait_ns);
     if (dt.rows > 0) {
-      gate_up_swiglu<false>(c, l, timer, [&](int unit, float a) { act[unit - dt.row0] = a; });
+      gate_up_swiglu(c, l, timer, [&](int unit, float a) { act[unit - dt.row0] = a; });
       c.stream.flush();  // no signal here: the last gate/up buffer's refill goes out at once
     }
   }
@@ -60,14 +63,14 @@ __device__ void stage_mlp_one_stage(Ctx<C>& c, int l) {
       out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
     __syncthreads();
-    unsigned long long* sum = c.p.x_fixed + size_t(l + 1) * C::H;
+    unsigned long long* sum = c.mlp_sum(l + 1);
     for (int i = int(threadIdx.x); i < C::H; i += kThreads) {
       float s = partial[i];
       for (int k = 1; k < M::kRowSets; ++k) s += partial[k * C::H + i];
       add_fixed(sum + i, to_fixed(s));
     }
   }
-  c.signal_all_ctas(Counter::DownDone, l);  // its barrier orders every thread's adds before the release
+  signal_add(c.counter(Counter::DownDone, l), 1u, c.p.ablate);  // its barrier orders every thread's adds before the release
   c.stream.flush();
 }
 

@@ -7,7 +7,8 @@
 //            L2 4Q (attn) or (4Q + 8 heads) per non-empty split (partials, at most merge_splits)
 //   waits:   AttnReady[l] >= (t + 1) * kv_heads * splits (every split written, or every kv head
 //            merged); CTAs without rows skip it. Qwen3 with flagged vectors: polls the partials' or
-//            attn's words instead
+//            attn's words instead (with the one-stage MLP, a CTA without stage-A rows first acquires
+//            DownDone[l - 1], l > 0: below)
 //   signals: ODone[l] += 1 (every CTA, rows or not; not with flagged vectors: xmid carries its epoch)
 #pragma once
 
@@ -20,6 +21,13 @@ __device__ void stage_o_proj(Ctx<C>& c, int l) {
   StageTimer timer(c.p.timing, c.cta, Stage::OProj, &c.stream.weight_wait_ns);
   if (c.part(Mat::O).rows > 0) {
     const bool flagged = c.flagged_qkv();  // polling the partials or attn's words is the wait
+    // The residual below reads the one-stage MLP's sum for layer l - 1, which only DownDone orders
+    // after every add. Through counters the chain DownDone -> A -> QkvReady -> B -> AttnReady carries
+    // that order here; polled flagged words carry none. A CTA with rows in stage A acquired DownDone
+    // there, earlier in its own program; one without (possible only where a shape gives the CTAs
+    // fewer qkv rows than o_proj rows) acquires it now, long reached by then: one L2 round trip.
+    if (flagged && c.one_stage_mlp() && l > 0 && c.part(Mat::Qkv).rows == 0)
+      c.wait_input(c.counter(Counter::DownDone, l - 1), c.all_ctas());
     if (!flagged) {
       c.wait_input(c.counter(Counter::AttnReady, l), uint32_t(c.t + 1) * uint32_t(C::KV_HEADS * c.p.splits));
       timer.waited();

@@ -5,7 +5,8 @@
 //   bytes:   weights (Q + 2KV) * H * 2 per token over all CTAs (0.6B: 8.4 MB; ~64 KB per CTA);
 //            reads x (4H bytes) per CTA from L2, writes 4 * rows
 //   waits:   DownDone[l - 1] >= ctas * (t + 1) (layer 0: the Step wait at the token start); flagged
-//            vectors: polls x[l]'s words for the token's epoch instead
+//            vectors: polls x[l]'s words for the token's epoch instead (with the one-stage MLP, whose
+//            sums carry no epoch, DownDone all the same)
 //   signals: QkvReady[l][g] += rows of kv group g among its rows (q heads gG..gG+G-1, k_g, v_g), so
 //            group g's attention starts once its (G + 2) * D rows are written, not the whole stage;
 //            Qwen3 with flagged vectors: nothing (qkv's words carry the epoch, stage B polls them)
@@ -26,7 +27,7 @@ __device__ __forceinline__ void mixer_input(Ctx<C>& c, int l, Mat m, int groups,
   const Part& pt = c.part(m);
   if (pt.rows == 0) return;  // no rows: nothing to signal (QkvReady counts rows)
   const float* norm_w = c.p.layers[l].input_norm;
-  if (l > 0 && c.flagged()) {
+  if (l > 0 && c.x_flagged()) {
     load_flagged_vec<C::H>(c.p.x_words + size_t(l) * C::H, c.epoch(), c.vec);  // polling it is the wait
     timer.waited();
     rms_norm_to_smem<C::H>([&](int i) { return c.vec[i]; }, norm_w, c.p.eps, c.vec, c.red);
