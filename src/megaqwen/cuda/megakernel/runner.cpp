@@ -282,9 +282,12 @@ int Megakernel::dump_counters(int t, std::vector<uint32_t>* previous) {
     add(", DownDone %u", get(Counter::DownDone, l));
     add(" /%u", T * uint32_t(ctas_));
     if (one_stage_mlp_) line += " (one-stage MLP: MlpDone is not used)";
-    if (flagged_)
-      line += shape_.hybrid ? " (flagged vectors: ODone, MlpDone and DownDone are not used)"
-                            : " (flagged vectors: QkvReady, AttnReady, ODone, MlpDone and DownDone are not used)";
+    if (flagged_) {
+      // With the one-stage MLP, DownDone still counts: its sums carry no epoch.
+      const std::string done = one_stage_mlp_ ? "ODone and MlpDone" : "ODone, MlpDone and DownDone";
+      line += shape_.hybrid ? " (flagged vectors: " + done + " are not used)"
+                            : " (flagged vectors: QkvReady, AttnReady, " + done + " are not used)";
+    }
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   return 2;
