@@ -34,7 +34,7 @@
 #   mk-timing bench_mk_edges (one all-CTA dependency edge alone, ns per edge), then the megakernel's
 #             per-stage wait / work / weight wait (megaqwen-mk-timing, the timing-slot build):
 #             Qwen3-0.6B at depths 1 and 4,096 (and 1 with flagged vectors, with the one-stage MLP,
-#             and with both), Qwen3.5-0.8B at depth 1
+#             and with both; and 1 with the nucleus draw, top-p 0.9 without a top-k), Qwen3.5-0.8B at depth 1
 #   memcheck  compute-sanitizer memcheck on the tiny-model engine tests and the kernel tests, then
 #             racecheck and memcheck on the megakernel's tiny-model tests
 #   mk-sizes  Qwen3-1.7B and 4B shapes: synth (3.4 + 8 GB), their megakernel tests, megakernel vs per-op
@@ -461,13 +461,16 @@ mk_timing_stage() {
   fi
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || rc=1
   for run in "qwen3-0.6b:$model:1:counters" "qwen3-0.6b:$model:1:flagged" "qwen3-0.6b:$model:1:one-stage" \
-    "qwen3-0.6b:$model:1:flagged+one-stage" "qwen3-0.6b:$model:4096:counters" "qwen3.5-0.8b:$hybrid_model:1:counters"; do
+    "qwen3-0.6b:$model:1:flagged+one-stage" "qwen3-0.6b:$model:1:counters+nucleus" "qwen3-0.6b:$model:4096:counters" \
+    "qwen3.5-0.8b:$hybrid_model:1:counters"; do
     IFS=: read -r name dir depth form <<<"$run"
     [ -f "$dir/model.safetensors" ] || continue
-    local vectors=$form mlp=two-stage
-    case $form in one-stage) vectors=counters mlp=one-stage ;; flagged+one-stage) vectors=flagged mlp=one-stage ;; esac
+    # +nucleus: the benchmark's nucleus draw (top-p 0.9, no top-k), whose cost shows in the Select row.
+    local vectors=${form%+nucleus} mlp=two-stage sampling=()
+    [ "$form" != "$vectors" ] && sampling=(--temp 0.7 --top-k 0 --top-p 0.9 --seed 1)
+    case $vectors in one-stage) vectors=counters mlp=one-stage ;; flagged+one-stage) vectors=flagged mlp=one-stage ;; esac
     MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_MLP=$mlp timeout --foreground 40 "$tmp/mq-bin/megaqwen-mk-timing" bench \
-      --model "$dir" --device cuda --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 \
+      --model "$dir" --device cuda --ctx 5000 --prompt-len 0 --depth $depth --tokens 128 --repeats 3 "${sampling[@]}" \
       --json "$tmp/mk-timing-$name-d$depth-$form.json" >"$tmp/mk-timing.txt" 2>&1 || rc=1
     cat "$tmp/mk-timing.txt"
     awk -v w="$name depth $depth $form" '/stage timing/ {p=1; print "MK TIMING " w ": " $0; next} p && NF {print "MK TIMING " w ": " $0}' "$tmp/mk-timing.txt"

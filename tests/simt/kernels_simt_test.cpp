@@ -878,5 +878,79 @@ TEST(SimtKernels, SampleFilteredDrawsFollowTheSamplerDistribution) {
   }
 }
 
+// nucleus_draw alone (the block both decode paths run), its shared scratch in view: the draw is
+// host_nucleus_draw's, and it reads the values twice (the weights, then one copy of the members of the
+// top-p cut's bin and of the bins the draw's target can fall in) when they fit the member buffer.
+// Qwen-sized vocabulary, Gaussian values (the synthetic models' logits have std ~2.5) without ties,
+// at the temperatures and cuts that clients use. A smaller buffer costs reads, never the draw; with
+// none, each search reads all V values four times (1 + 4 + 4).
+struct NucleusBlock {
+  cuda::NucleusShared s;
+  cuda::NucleusMember members[3072];
+};
+
+struct NucleusRun {
+  int32_t id = -1;
+  int reads = -1;
+};
+
+NucleusRun run_nucleus_draw(const std::vector<float>& t, const cuda::NucleusRule& rule, int capacity,
+                            const simt::Options& options) {
+  const int V = int(t.size());
+  int top_id = 0;
+  for (int i = 1; i < V; ++i)
+    if (t[size_t(i)] > t[size_t(top_id)]) top_id = i;
+  NucleusRun r;
+  simt::launch_shared<NucleusBlock>(dim3(1), dim3(512), [&](NucleusBlock& b) {
+    const int id = cuda::nucleus_draw(t.data(), V, t[size_t(top_id)], top_id, rule, b.s, b.members, capacity);
+    if (threadIdx.x == 0) r.id = id, r.reads = b.s.value_reads;
+  }, options);
+  return r;
+}
+
+TEST(SimtKernels, NucleusDrawReadsTheValuesTwice) {
+  const int V = 151936;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> logits(static_cast<size_t>(V));
+  for (float& x : logits) x = normal(rng);
+  struct Case {
+    float temperature, top_p, min_p;
+  };
+  for (const Case& c : {Case{0.7f, 0.9f, 0.0f}, Case{0.6f, 0.95f, 0.0f}, Case{1.0f, 1.0f, 0.05f},
+                        Case{0.7f, 0.95f, 0.02f}}) {
+    std::vector<float> t(logits.size());
+    for (size_t i = 0; i < t.size(); ++i) t[i] = logits[i] / c.temperature;
+    // No two equal values (a drawn tie costs a read to find the n-th id): each one above the next
+    // lower in sorted order.
+    std::vector<int> order(t.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return t[size_t(a)] < t[size_t(b)]; });
+    for (size_t k = 1; k < order.size(); ++k) {
+      const float below = t[size_t(order[k - 1])];
+      float& x = t[size_t(order[k])];
+      if (x <= below) x = std::nextafter(below, INFINITY);
+    }
+    for (uint64_t step = 0; step < 6; ++step) {
+      const std::string what = "T " + std::to_string(c.temperature) + " top_p " + std::to_string(c.top_p) +
+                               " min_p " + std::to_string(c.min_p) + " step " + std::to_string(step);
+      const cuda::NucleusRule rule{c.top_p, c.min_p, 99, step};
+      const test::NucleusDraw h = test::host_nucleus_draw(t, c.top_p, c.min_p, rule.seed, step);
+      const simt::Options order = threads_in(step % 2 ? Order::Random : Order::Reverse, step);
+      const NucleusRun full = run_nucleus_draw(t, rule, 3072, order);
+      EXPECT_EQ(full.id, h.id) << what;
+      EXPECT_EQ(full.reads, 2) << what;
+      if (step < 2) {
+        const NucleusRun none = run_nucleus_draw(t, rule, 0, order);
+        EXPECT_EQ(none.id, h.id) << what << ", no member buffer";
+        EXPECT_EQ(none.reads, c.top_p < 1.0f ? 9 : 5) << what << ", no member buffer";
+        const NucleusRun small = run_nucleus_draw(t, rule, 24, order);
+        EXPECT_EQ(small.id, h.id) << what << ", a 24-member buffer";
+        EXPECT_GE(small.reads, 2) << what << ", a 24-member buffer";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace megaqwen

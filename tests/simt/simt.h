@@ -466,6 +466,11 @@ inline unsigned long long __double2ull_rn(double x) {
   if (!(x > 0.0)) return 0;
   return x >= 0x1p64 ? ~0ull : (unsigned long long)(std::nearbyint(x));
 }
+// cvt.rni.u64.f32: the same for a float.
+inline unsigned long long __float2ull_rn(float x) {
+  if (!(x > 0.0f)) return 0;
+  return x >= 0x1p64f ? ~0ull : (unsigned long long)(std::nearbyint(x));
+}
 inline int __popc(unsigned x) { return std::popcount(x); }
 inline int __popcll(unsigned long long x) { return std::popcount(x); }
 inline int __clz(int x) { return std::countl_zero(unsigned(x)); }

@@ -27,13 +27,18 @@
 //             the n-th id in id order among its key's equals.
 //
 // Cost: one block reads the V values from L2 once for the weights and the coarse histogram, and once
-// per prefix search to copy the boundary bin's members (key, id) into shared memory; the four radix
-// passes then run over those members alone (a bin larger than the caller's member buffer is searched
-// over all V values instead: four more passes). The draw's search reuses the top-p search's members
-// when both ends fall in one bin. Each pass keeps two 16-byte loads in flight per thread: a single SM
-// reading 0.6 MB from L2 is latency-bound otherwise. Against the CPU Sampler: the same kept set and
-// draw law, except where a running mass lands within ~1e-7 of a cut (fp32 exp here, fp64 there) and
-// for the tail below 2^-46.
+// more to copy the members (key, id) of the boundary bins into shared memory; the radix passes then
+// run over those members alone. Both searches usually share that second read: the top-p cut's bin
+// bounds the kept mass, so the draw's target, and when both bounds fall in one coarse bin (the usual
+// case: the cut's bin holds little of the mass) the draw's bin is known before the cut is and its
+// members are copied in the same read. Otherwise the draw copies its bin in a third read; a bin larger
+// than the caller's member buffer is searched over all V values instead (four more reads). Each read
+// keeps two 16-byte loads in flight per thread: a single SM reading 0.6 MB from L2 is latency-bound
+// otherwise. The 64-bit masses are added as two native 32-bit shared atomics with the carry taken
+// from the low word's old value: a 64-bit shared atomicAdd compiles to a compare-and-swap loop whose
+// lanes retry per shared-memory bank, ~150k of them per draw. Against the CPU Sampler: the same kept
+// set and draw law, except where a running mass lands within ~1e-7 of a cut (fp32 exp here, fp64
+// there) and for the tail below 2^-46.
 #pragma once
 
 #include <climits>
@@ -45,15 +50,22 @@ namespace megaqwen::cuda {
 
 constexpr int kNucleusBins = 256;
 constexpr float kNucleusBinsPerLogit = 8.0f;  // coarse bin width: 1/8 of a (transformed) logit
-constexpr double kNucleusOne = 0x1p45;        // the top value's weight
+constexpr float kNucleusOne = 0x1p45f;        // the top value's weight
 
-// A member of the boundary bin, copied to shared memory for the radix passes.
+// A member of a boundary bin, copied to shared memory for the radix passes.
 struct NucleusMember {
   uint32_t key;
   int32_t id;
 };
 
-// Shared scratch (about 6.3 KB); the caller provides it and a member buffer (the megakernel: its
+// Members [begin, begin + n) of the buffer are those of coarse bins first..last (first > last: the
+// region is unused).
+struct NucleusRegion {
+  int first, last, begin, n;
+  __device__ __forceinline__ bool holds(int bin) const { return first <= bin && bin <= last; }
+};
+
+// Shared scratch (about 6.4 KB); the caller provides it and a member buffer (the megakernel: its
 // vector region).
 struct NucleusShared {
   unsigned long long coarse[kNucleusBins];  // mass per coarse bin; bin 0 holds the top
@@ -62,13 +74,29 @@ struct NucleusShared {
   uint32_t first_id[kNucleusBins];          // lowest id per slot (last radix pass: one key per slot)
   unsigned long long total, minp_mass, remaining;
   int rank;
-  int members_n, members_bin;  // the member buffer holds coarse bin members_bin (-1: none)
+  NucleusRegion region[2];  // what the member buffer holds: two disjoint ranges of coarse bins
+  int plan_bin[3];          // nucleus_draw's plan: the top-p cut's bin, the draw's lowest and highest
+  unsigned long long plan_remaining;
   int warp_hits[32];
   int chosen;
+  int value_reads;  // full reads of the V values so far (the draw's cost, checked by tests)
 };
 
+// *a += v for a 64-bit word in shared memory, as two native 32-bit atomics (a 64-bit shared atomicAdd
+// is a compare-and-swap loop): the low word's old value says whether this add carried into the high
+// word. The word is exact once every add is done, in any order.
+__device__ __forceinline__ void shared_add_u64(unsigned long long* a, unsigned long long v) {
+  uint32_t* word = reinterpret_cast<uint32_t*>(a);  // little-endian: word[0] is the low half
+  const uint32_t lo = uint32_t(v), hi = uint32_t(v >> 32);
+  const uint32_t old = atomicAdd(word, lo);
+  const uint32_t carry = old + lo < old ? 1u : 0u;
+  if (hi + carry != 0) atomicAdd(word + 1, hi + carry);
+}
+
+// round(expf(v - top) * 2^45): the product is exact in fp32 (a power of two, no overflow for v <= top),
+// so no double arithmetic is needed; below 2^-46 of the top's weight it rounds to 0.
 __device__ __forceinline__ unsigned long long nucleus_weight(float v, float top) {
-  return __double2ull_rn(double(expf(v - top)) * kNucleusOne);
+  return __float2ull_rn(expf(v - top) * kNucleusOne);
 }
 
 // Coarse bin of v (<= top): non-decreasing as v falls, so bins follow the sorted order; -inf goes last.
@@ -79,9 +107,11 @@ __device__ __forceinline__ int nucleus_bin(float v, float top) {
 
 // Block-wide: f(i, vals[i]) for every i < V, once each, from some thread (no order: every use sums
 // integers or takes a minimum). Two 16-byte loads in flight per thread when vals is 16-byte aligned.
+// Counts one read in s.value_reads.
 template <class F>
-__device__ __forceinline__ void nucleus_for_each(const float* vals, int V, F&& f) {
+__device__ __forceinline__ void nucleus_for_each(const float* vals, int V, NucleusShared& s, F&& f) {
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
+  if (tid == 0) ++s.value_reads;  // read after a later barrier
   int done = 0;
   if ((reinterpret_cast<uintptr_t>(vals) & 15u) == 0) {
     const int n4 = V / 4;
@@ -103,9 +133,10 @@ __device__ __forceinline__ void nucleus_for_each(const float* vals, int V, F&& f
 }
 
 // Warp 0 (all 32 lanes): the first slot b of hist (in rank order) where hist[0] + ... + hist[b]
-// reaches need (1 <= need <= their sum): s.rank = b, s.remaining = need - (hist[0] + ... + hist[b-1]).
-__device__ __forceinline__ void nucleus_find_rank(const unsigned long long* hist, unsigned long long need,
-                                                  NucleusShared& s) {
+// reaches need (1 <= need <= their sum): rank = b, remaining = need - (hist[0] + ... + hist[b-1]),
+// written by one lane (the others read them after a __syncwarp or a barrier).
+__device__ __forceinline__ void nucleus_find_rank(const unsigned long long* hist, unsigned long long need, int& rank,
+                                                  unsigned long long& remaining) {
   const int lane = threadIdx.x & 31;
   unsigned long long c[8], local = 0;
 #pragma unroll
@@ -121,13 +152,41 @@ __device__ __forceinline__ void nucleus_find_rank(const unsigned long long* hist
     unsigned long long cum = before;
     for (int b = 0; b < 8; ++b) {
       if (cum + c[b] >= need) {
-        s.rank = 8 * lane + b;
-        s.remaining = need - cum;
+        rank = 8 * lane + b;
+        remaining = need - cum;
         break;
       }
       cum += c[b];
     }
   }
+}
+
+// Values in coarse bins first..last (none when first > last).
+__device__ __forceinline__ int nucleus_count(const NucleusShared& s, int first, int last) {
+  int n = 0;
+  for (int b = first; b <= last; ++b) n += int(s.coarse_n[b]);
+  return n;
+}
+
+// Block-wide, one read of the values: copies the members of coarse bins a_first..a_last into region 0
+// and those of b_first..b_last into region 1 (disjoint ranges; first > last: none), replacing what the
+// buffer held. The caller checks that they fit.
+__device__ __forceinline__ void nucleus_copy_members(const float* vals, int V, float top, int a_first, int a_last,
+                                                     int b_first, int b_last, NucleusShared& s,
+                                                     NucleusMember* members) {
+  const NucleusRegion a{a_first, a_last, 0, 0}, b{b_first, b_last, nucleus_count(s, a_first, a_last), 0};
+  __syncthreads();  // every thread is done with the regions the buffer held
+  if (threadIdx.x == 0) s.region[0] = a, s.region[1] = b;
+  __syncthreads();
+  nucleus_for_each(vals, V, s, [&](int i, float v) {
+    const int bin = nucleus_bin(v, top);
+    if (a.holds(bin)) {
+      members[atomicAdd(&s.region[0].n, 1)] = NucleusMember{order_key(v), i};
+    } else if (b.holds(bin)) {
+      members[b.begin + atomicAdd(&s.region[1].n, 1)] = NucleusMember{order_key(v), i};
+    }
+  });
+  __syncthreads();
 }
 
 // Where a prefix of the sorted order ends.
@@ -140,25 +199,22 @@ struct PrefixEnd {
 };
 
 // Block-wide: the shortest prefix whose mass reaches target (1 <= target <= the total). s.coarse and
-// s.coarse_n must hold the coarse histogram (nucleus_draw's first pass). members: room for
-// `capacity` members (0: always search over all V). Every thread gets the result.
+// s.coarse_n must hold the coarse histogram (nucleus_draw's first read). The boundary bin's members
+// are searched in the buffer (copied there now unless a region holds them already) when they fit in
+// `capacity` (0: always search over all V). Every thread gets the result.
 __device__ __forceinline__ PrefixEnd nucleus_prefix_end(const float* vals, int V, float top, unsigned long long target,
                                                         NucleusShared& s, NucleusMember* members, int capacity) {
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
-  if (tid < 32) nucleus_find_rank(s.coarse, target, s);
+  if (tid < 32) nucleus_find_rank(s.coarse, target, s.rank, s.remaining);
   __syncthreads();
   const int bin = s.rank;
-  const int n = int(s.coarse_n[bin]);
-  const bool compact = n <= capacity;  // block-uniform
-  if (compact && s.members_bin != bin) {
-    __syncthreads();  // every thread has read members_bin
-    if (tid == 0) s.members_n = 0, s.members_bin = bin;
-    __syncthreads();
-    nucleus_for_each(vals, V, [&](int i, float v) {
-      if (nucleus_bin(v, top) == bin) members[atomicAdd(&s.members_n, 1)] = NucleusMember{order_key(v), i};
-    });
-    __syncthreads();
+  int region = s.region[0].holds(bin) ? 0 : s.region[1].holds(bin) ? 1 : -1;  // block-uniform
+  if (region < 0 && int(s.coarse_n[bin]) <= capacity) {
+    nucleus_copy_members(vals, V, top, bin, bin, 0, -1, s, members);
+    region = 0;
   }
+  const bool compact = region >= 0;
+  const int begin = compact ? s.region[region].begin : 0, n = compact ? s.region[region].n : 0;
   uint32_t prefix = 0, mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = tid; i < kNucleusBins; i += nt) s.fine[i] = 0, s.first_id[i] = UINT_MAX;
@@ -166,13 +222,16 @@ __device__ __forceinline__ PrefixEnd nucleus_prefix_end(const float* vals, int V
     auto visit = [&](uint32_t key, int i) {
       if ((key & mask) != prefix) return;
       const int slot = 255 - int((key >> shift) & 255u);
-      atomicAdd(&s.fine[slot], nucleus_weight(key_value(key), top));
+      shared_add_u64(&s.fine[slot], nucleus_weight(key_value(key), top));
       if (shift == 0) atomicMin(&s.first_id[slot], uint32_t(i));
     };
     if (compact) {
-      for (int j = tid; j < n; j += nt) visit(members[j].key, members[j].id);
+      for (int j = begin + tid; j < begin + n; j += nt) {
+        const NucleusMember m = members[j];
+        if (nucleus_bin(key_value(m.key), top) == bin) visit(m.key, m.id);  // the region may hold more bins
+      }
     } else {
-      nucleus_for_each(vals, V, [&](int i, float v) {
+      nucleus_for_each(vals, V, s, [&](int i, float v) {
         if (nucleus_bin(v, top) == bin) visit(order_key(v), i);
       });
     }
@@ -180,7 +239,7 @@ __device__ __forceinline__ PrefixEnd nucleus_prefix_end(const float* vals, int V
     if (tid < 32) {
       const unsigned long long need = s.remaining;
       __syncwarp();  // every lane has read it before one of them writes it
-      nucleus_find_rank(s.fine, need, s);
+      nucleus_find_rank(s.fine, need, s.rank, s.remaining);
     }
     __syncthreads();
     prefix |= uint32_t(255 - s.rank) << shift;
@@ -209,6 +268,7 @@ __device__ __forceinline__ int nucleus_nth_with_key(const float* vals, int V, ui
     hits += __popc(__ballot_sync(kFullMask, i < end && order_key(__ldcg(vals + i)) == key));
   }
   if (lane == 0) s.warp_hits[warp] = hits;
+  if (threadIdx.x == 0) ++s.value_reads;
   __syncthreads();
   int before = 0;
   for (int w = 0; w < warp; ++w) before += s.warp_hits[w];
@@ -237,6 +297,14 @@ struct NucleusRule {
   uint64_t seed = 0, step = 0;
 };
 
+// The draw's target for a kept mass: r = floor(u * kept) (at most kept - 1: u * kept may round up to
+// kept), and the drawn id ends the shortest prefix whose mass reaches r + 1. Non-decreasing in kept.
+__host__ __device__ __forceinline__ unsigned long long nucleus_draw_target(double u, unsigned long long kept) {
+  unsigned long long x = (unsigned long long)(u * double(kept));
+  if (x >= kept) x = kept - 1;
+  return x + 1;
+}
+
 // Block-wide: the drawn id, in every thread. vals [V]: the transformed values (penalties, temperature;
 // never NaN), written before the caller's last barrier or acquire (read through L2); top: their
 // maximum; top_id: its lowest id (the answer when no value has a weight: every value -inf).
@@ -245,18 +313,23 @@ __device__ __forceinline__ int nucleus_draw(const float* vals, int V, float top,
   if (!(top > -INFINITY && top < INFINITY)) return top_id;  // block-uniform
   const int tid = int(threadIdx.x), nt = int(blockDim.x);
   for (int i = tid; i < kNucleusBins; i += nt) s.coarse[i] = 0, s.coarse_n[i] = 0;
-  if (tid == 0) s.total = 0, s.minp_mass = 0, s.members_bin = -1;
+  if (tid == 0) {
+    s.total = 0, s.minp_mass = 0, s.value_reads = 0;
+    s.region[0] = s.region[1] = NucleusRegion{0, -1, 0, 0};  // empty
+  }
   __syncthreads();
-  const double minp_floor = double(r.min_p) * kNucleusOne;
+  // p_i >= min_p * p_top, in weights: w >= min_p * 2^45, i.e. w >= its ceiling (w is an integer).
+  const double minp_ceil = ceil(double(r.min_p) * double(kNucleusOne));
+  const unsigned long long minp_floor = minp_ceil > 0.0 ? (unsigned long long)(minp_ceil) : 0ull;
   unsigned long long total = 0, minp = 0;
-  nucleus_for_each(vals, V, [&](int, float v) {
+  nucleus_for_each(vals, V, s, [&](int, float v) {
     const int b = nucleus_bin(v, top);
     atomicAdd(&s.coarse_n[b], 1u);  // every value: the member copy takes the whole bin
     const unsigned long long w = nucleus_weight(v, top);
     if (w == 0) return;
-    atomicAdd(&s.coarse[b], w);
+    shared_add_u64(&s.coarse[b], w);
     total += w;
-    if (double(w) >= minp_floor) minp += w;
+    if (w >= minp_floor) minp += w;
   });
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -264,21 +337,52 @@ __device__ __forceinline__ int nucleus_draw(const float* vals, int V, float top,
     minp += __shfl_xor_sync(kFullMask, minp, o);
   }
   if ((tid & 31) == 0) {
-    atomicAdd(&s.total, total);
-    atomicAdd(&s.minp_mass, minp);
+    shared_add_u64(&s.total, total);
+    shared_add_u64(&s.minp_mass, minp);
   }
   __syncthreads();
-  const unsigned long long all = s.total;  // >= 2^45: the top weighs that much
-  unsigned long long kept = all;
-  if (r.top_p < 1.0f) {
+  const unsigned long long all = s.total, minp_mass = s.minp_mass;  // all >= 2^45: the top weighs that much
+  const bool cut_p = r.top_p < 1.0f, cut_min = r.min_p > 0.0f;
+  unsigned long long p_target = all;
+  if (cut_p) {
     const double want = ceil(double(r.top_p) * double(all));
-    const unsigned long long target = want < 1.0 ? 1ull : want >= double(all) ? all : (unsigned long long)(want);
-    kept = nucleus_prefix_end(vals, V, top, target, s, members, capacity).mass;
+    p_target = want < 1.0 ? 1ull : want >= double(all) ? all : (unsigned long long)(want);
   }
-  if (r.min_p > 0.0f && s.minp_mass < kept) kept = s.minp_mass;
-  unsigned long long x = (unsigned long long)(uniform_at(r.seed, r.step, 0xffffffffu) * double(kept));
-  if (x >= kept) x = kept - 1;  // u * kept may round up to kept
-  const PrefixEnd e = nucleus_prefix_end(vals, V, top, x + 1, s, members, capacity);
+  const double u = uniform_at(r.seed, r.step, 0xffffffffu);
+  // The plan, by warp 0: the top-p cut's coarse bin bounds the kept mass (the cut's prefix ends in
+  // that bin), and so the draw's target, whose bin then lies in a short range (usually one bin, at
+  // most a few), known now: one read copies the members of the cut's bin and of that range.
+  if (tid < 32) {
+    unsigned long long lo = all, hi = all;
+    if (cut_p) {
+      nucleus_find_rank(s.coarse, p_target, s.plan_bin[0], s.plan_remaining);
+      __syncwarp();
+      lo = p_target;
+      hi = p_target - s.plan_remaining + s.coarse[s.plan_bin[0]];
+    }
+    if (cut_min) lo = min(lo, minp_mass), hi = min(hi, minp_mass);
+    unsigned long long unused;
+    nucleus_find_rank(s.coarse, nucleus_draw_target(u, lo), s.plan_bin[1], unused);
+    nucleus_find_rank(s.coarse, nucleus_draw_target(u, hi), s.plan_bin[2], unused);
+  }
+  __syncthreads();
+  {
+    // a: the cut's bin; b: the draw's range below it (the draw's target never passes the kept mass).
+    int a_first = 0, a_last = -1, b_first = s.plan_bin[1], b_last = s.plan_bin[2];
+    if (cut_p) {
+      const int p_bin = s.plan_bin[0];
+      if (int(s.coarse_n[p_bin]) <= capacity) a_first = a_last = p_bin;
+      b_last = min(b_last, p_bin - 1);
+    }
+    const int a_n = nucleus_count(s, a_first, a_last);
+    if (a_n + nucleus_count(s, b_first, b_last) > capacity) b_first = 0, b_last = -1;
+    if (a_first <= a_last || b_first <= b_last)
+      nucleus_copy_members(vals, V, top, a_first, a_last, b_first, b_last, s, members);
+  }
+  unsigned long long kept = all;
+  if (cut_p) kept = nucleus_prefix_end(vals, V, top, p_target, s, members, capacity).mass;
+  if (cut_min && minp_mass < kept) kept = minp_mass;
+  const PrefixEnd e = nucleus_prefix_end(vals, V, top, nucleus_draw_target(u, kept), s, members, capacity);
   return e.taken == 1 ? e.first_id : nucleus_nth_with_key(vals, V, e.key, int(e.taken), s);
 }
 
