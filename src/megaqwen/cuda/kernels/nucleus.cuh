@@ -33,7 +33,7 @@
 // case: the cut's bin holds little of the mass) the draw's bin is known before the cut is and its
 // members are copied in the same read. Otherwise the draw copies its bin in a third read; a bin larger
 // than the caller's member buffer is searched over all V values instead (four more reads). Each read
-// keeps two 16-byte loads in flight per thread: a single SM reading 0.6 MB from L2 is latency-bound
+// keeps four 16-byte loads in flight per thread: a single SM reading 0.6 MB from L2 is latency-bound
 // otherwise. The 64-bit masses are added as two native 32-bit shared atomics with the carry taken
 // from the low word's old value: a 64-bit shared atomicAdd compiles to a compare-and-swap loop whose
 // lanes retry per shared-memory bank, ~150k of them per draw. Against the CPU Sampler: the same kept
@@ -106,7 +106,7 @@ __device__ __forceinline__ int nucleus_bin(float v, float top) {
 }
 
 // Block-wide: f(i, vals[i]) for every i < V, once each, from some thread (no order: every use sums
-// integers or takes a minimum). Two 16-byte loads in flight per thread when vals is 16-byte aligned.
+// integers or takes a minimum). Four 16-byte loads in flight per thread when vals is 16-byte aligned.
 // Counts one read in s.value_reads.
 template <class F>
 __device__ __forceinline__ void nucleus_for_each(const float* vals, int V, NucleusShared& s, F&& f) {
@@ -117,13 +117,17 @@ __device__ __forceinline__ void nucleus_for_each(const float* vals, int V, Nucle
     const int n4 = V / 4;
     const float4* v4 = reinterpret_cast<const float4*>(vals);
     int j = tid;
-    for (; j + nt < n4; j += 2 * nt) {
-      const float4 a = __ldcg(v4 + j), b = __ldcg(v4 + j + nt);
-      const int ia = 4 * j, ib = 4 * (j + nt);
-      f(ia, a.x), f(ia + 1, a.y), f(ia + 2, a.z), f(ia + 3, a.w);
-      f(ib, b.x), f(ib + 1, b.y), f(ib + 2, b.z), f(ib + 3, b.w);
+    for (; j + 3 * nt < n4; j += 4 * nt) {
+      float4 a[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] = __ldcg(v4 + j + u * nt);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = 4 * (j + u * nt);
+        f(i, a[u].x), f(i + 1, a[u].y), f(i + 2, a[u].z), f(i + 3, a[u].w);
+      }
     }
-    if (j < n4) {
+    for (; j < n4; j += nt) {
       const float4 a = __ldcg(v4 + j);
       f(4 * j, a.x), f(4 * j + 1, a.y), f(4 * j + 2, a.z), f(4 * j + 3, a.w);
     }
