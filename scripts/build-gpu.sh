@@ -20,6 +20,16 @@ jobs="${MEGAQWEN_JOBS:-2}"
 tree=build-gpu-tree
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# A CUDA object for which ninja recorded no header dependencies would never be compiled again after a
+# header changes (seen once in build/: megakernel.cu.o with "#deps 0", so megaqwen kept the nucleus
+# draw from before a header change): such objects are removed, so they are compiled now.
+drop_objects_without_deps() {
+  [ -f "$1/build.ninja" ] || return 0
+  ninja -C "$1" -t deps 2>/dev/null | awk '/\.cu\.o: #deps 0,/ {sub(/:$/, "", $1); print $1}' |
+    while read -r o; do echo "build-gpu.sh: $1/$o has no recorded dependencies: compiled again" >&2; rm -f "$1/$o"; done
+}
+drop_objects_without_deps "$tree"
+drop_objects_without_deps "$tree-timing"
 cmake -S . -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-virtual" \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The machine code (SASS, sm_90a) of megaqwen's kernels, read on this GPU-less machine, so that what
+# the compiler made of a kernel is known before a GPU session spends device time on it. cuobjdump and
+# nvdisasm come from NVIDIA's PyPI wheels (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm; ~5 MB),
+# unpacked once into build-sass-tools/ (gitignored with the other build folders).
+#
+# One line per kernel (every sm_90a function of the binary, or those whose demangled name matches
+# FILTER, an extended regex), its counts of the instructions that decide its speed:
+#   regs       registers per thread (cuobjdump -res-usage)
+#   stack      bytes of local memory per thread (spills and local arrays)
+#   STL / LDL  local-memory stores / loads in the code (where spills land)
+#   cas-loop   ATOMS.CAST.SPIN: a 64-bit (or float) shared-memory atomic compiled as a compare-and-swap
+#              loop whose lanes retry per bank (sm_90 adds only 32-bit integers natively in shared
+#              memory); the nucleus draw's histogram spent most of its time so until 2026-12-07
+#   UBLKCP     bulk copies global -> shared (the megakernel's weight ring)
+#   UBLKPF     bulk L2 prefetches (the ring's look-ahead)
+#   LDS.128    128-bit shared loads (the GEMVs' weight and vector reads)
+#   LDG.128    128-bit global loads
+#
+# Usage: scripts/sass-report.sh [--check] [BINARY] [FILTER]
+#   BINARY  an executable or object with sm_90a code (default build/megaqwen, built by scripts/build.sh
+#           where nvcc is installed)
+#   --check exit 1 when any reported kernel has a cas-loop
+set -euo pipefail
+cd "$(dirname "$0")/.."
+check=false
+[ "${1:-}" = --check ] && check=true && shift
+binary=${1:-build/megaqwen}
+filter=${2:-.}
+tools=${MEGAQWEN_SASS_TOOLS:-build-sass-tools}
+[ -f "$binary" ] || { echo "sass-report.sh: no $binary (build it first: bash scripts/build.sh)" >&2; exit 2; }
+
+# cuobjdump calls nvdisasm for -sass and -res-usage: both wheels, the same version.
+bin_dir=$tools/nvidia/cu13/bin
+if [ ! -x "$bin_dir/cuobjdump" ] || [ ! -x "$bin_dir/nvdisasm" ]; then
+  rm -rf "$tools" && mkdir -p "$tools/wheels"
+  if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$tools/wheels" \
+    nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm >"$tools/pip.log" 2>&1; then
+    echo "sass-report.sh: could not download cuobjdump / nvdisasm from PyPI (see $tools/pip.log)" >&2
+    exit 3
+  fi
+  for w in "$tools"/wheels/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
+  bin_dir=$(dirname "$(find "$tools" -name cuobjdump -type f | head -1)")
+  [ -n "$bin_dir" ] && [ -f "$bin_dir/nvdisasm" ] || { echo "sass-report.sh: the wheels hold no cuobjdump / nvdisasm" >&2; exit 3; }
+  chmod +x "$bin_dir/cuobjdump" "$bin_dir/nvdisasm"
+fi
+export PATH="$bin_dir:$PATH"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cuobjdump -arch sm_90a -sass "$binary" >"$work/sass.txt"
+cuobjdump -arch sm_90a -res-usage "$binary" >"$work/res.txt"
+grep -q "Function :" "$work/sass.txt" || { echo "sass-report.sh: $binary holds no sm_90a code" >&2; exit 2; }
+
+# Per function: the counts from the SASS, the registers and stack from the resource usage, the
+# demangled name shortened (namespaces and the megakernel's config parameters kept readable).
+awk '
+  /Function : / { f = $3; order[++n] = f; next }
+  f == "" { next }
+  /STL/ { stl[f]++ } /LDL/ { ldl[f]++ } /ATOMS\.CAST\.SPIN/ { cas[f]++ }
+  /UBLKCP/ { cp[f]++ } /UBLKPF/ { pf[f]++ } /LDS\.128/ { lds[f]++ } /LDG\.E\.128/ { ldg[f]++ }
+  END { for (i = 1; i <= n; ++i) { g = order[i]; printf "%s %d %d %d %d %d %d %d\n", g, stl[g], ldl[g], cas[g], cp[g], pf[g], lds[g], ldg[g] } }
+' "$work/sass.txt" >"$work/counts.txt"
+awk '/^ Function / { f = $2; sub(/:$/, "", f); next }
+     f != "" && /REG:/ { r = $0; sub(/.*REG:/, "", r); sub(/ .*/, "", r);
+                         s = $0; sub(/.*STACK:/, "", s); sub(/ .*/, "", s); print f, r, s; f = "" }' \
+  "$work/res.txt" >"$work/res-by-fn.txt"
+# A demangled name without its parameter list (the last balanced (...): template arguments may hold
+# parentheses too) and without the project's namespaces.
+short_name() {
+  c++filt "$1" | sed -E 's/megaqwen::cuda::(mk::)?//g; s/^void //' | awk '{
+    depth = 0
+    for (i = length($0); i > 0; --i) {
+      c = substr($0, i, 1)
+      if (c == ")") ++depth
+      else if (c == "(" && --depth == 0) { print substr($0, 1, i - 1); exit }
+    }
+    print }'
+}
+
+printf '%-80s %5s %5s %5s %5s %8s %6s %6s %7s %7s\n' kernel regs stack STL LDL cas-loop UBLKCP UBLKPF LDS.128 LDG.128
+bad=0
+while read -r fn stl ldl cas cp pf lds ldg; do
+  name=$(short_name "$fn")
+  [[ $name =~ $filter ]] || continue
+  read -r regs stack < <(awk -v f="$fn" '$1 == f { print $2, $3; exit }' "$work/res-by-fn.txt")
+  printf '%-80s %5s %5s %5d %5d %8d %6d %6d %7d %7d\n' "${name:0:80}" "${regs:-?}" "${stack:-?}" \
+    "$stl" "$ldl" "$cas" "$cp" "$pf" "$lds" "$ldg"
+  ((cas > 0)) && bad=$((bad + 1))
+done <"$work/counts.txt"
+if $check && ((bad > 0)); then
+  echo "sass-report.sh: $bad kernel(s) add to shared memory through compare-and-swap loops (cas-loop above)" >&2
+  exit 1
+fi
+exit 0
