@@ -24,7 +24,7 @@
 #             positions, with a verdict
 #   bench     megaqwen bench --device cuda, depths 1,512,2048,8192,32768, prompts 512,4096; then
 #             bench_engine_state (the prompt cache's save/restore copies on the device) into the log
-#   mk        the decode megakernel's numbers: SASS counts (bulk copies, 128-bit shared loads), bench
+#   mk        the decode megakernel's numbers: bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
 #             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
@@ -45,7 +45,6 @@
 #             megakernel), a prefill bench with MEGAQWEN_DELTANET_PREFILL=sequential and a decode
 #             bench with MEGAQWEN_DECODE=per-op (hybrid-bench.json holds all three)
 #   peers     tools/bench_peers.py: transformers eager and static cache + torch.compile, same tests
-#   sass      cuobjdump -sass of the GEMV kernel: counts its 128-bit loads (LDG.E.128)
 #   llamacpp  llama.cpp on the same model (tools/bench_llamacpp.py: converted to a bf16 GGUF there,
 #             llama-bench against megaqwen bench run just before it, same tests as bench). It needs
 #             the bundle of scripts/build-llamacpp.sh --cuda (llama-bench and megaqwen xz-packed,
@@ -54,12 +53,12 @@
 #             llamacpp" with carry=["build-llamacpp/gpu"] (test_cuda is needed only by the stages
 #             that run it). Without llama-bench the stage is skipped and that call named in NEXT.
 # The default deadline (570 s) fits one call; the stages past what fits go to the next call, whose
-# command the summary prints (e.g. MEGAQWEN_STAGES="env model peers memcheck hybrid mk-sizes sass").
+# command the summary prints (e.g. MEGAQWEN_STAGES="env model peers memcheck hybrid mk-sizes").
+# The kernels' SASS needs no GPU: scripts/sass-report.sh reads it here.
 # Output (at most 8 files, the device tool's limit: keep it at 8) under $OUT (or build-gpu/out):
 # gpu-check.log (every stage's output), tests.xml, bench.json, mk-bench.json, verify.json,
-# peers.json (transformers and llama.cpp, whichever ran), hybrid-bench.json, summary.md. The GEMV SASS stays in /tmp/sass-gemv.txt (its counts
-# are in the log). MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default
-# 570) bounds the run.
+# peers.json (transformers and llama.cpp, whichever ran), hybrid-bench.json, summary.md.
+# MEGAQWEN_STAGES="tests bench" runs a subset; MEGAQWEN_DEADLINE (seconds, default 570) bounds the run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 root="$(pwd)"
@@ -72,7 +71,7 @@ out="${OUT:-$gb/out}"
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : >"$log"
-all_stages="env model tests cli verify bench mk mk-timing memcheck mk-sizes hybrid peers sass llamacpp"
+all_stages="env model tests cli verify bench mk mk-timing memcheck mk-sizes hybrid peers llamacpp"
 stages="${MEGAQWEN_STAGES:-$all_stages}"
 deadline="${MEGAQWEN_DEADLINE:-570}"
 start=$SECONDS
@@ -176,27 +175,19 @@ mq=$tmp/mq-bin/megaqwen
 model=$tmp/mq-models/synth-qwen3-0.6b
 hybrid_model=$tmp/mq-models/synth-qwen3.5-0.8b
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || ls /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
-cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
 
 env_stage() {
   nvidia-smi || true
   echo "glibc: $(ldd --version | head -1)"
   grep -m1 "built:" "$gb/BUILD-INFO" || true
   echo "cuBLAS folder: ${cublas_dir:-NOT FOUND}"
-  echo "compute-sanitizer: ${sanitizer:-not found}   cuobjdump: ${cuobjdump:-not found}"
+  echo "compute-sanitizer: ${sanitizer:-not found}"
   echo "python3: $(python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)' 2>&1)"
   for b in megaqwen llama-bench; do
     [ -x "$bin/$b" ] || continue
     LD_LIBRARY_PATH="$libpath" ldd "$bin/$b" | grep -i "not found" && echo "MISSING LIBRARIES ABOVE ($b)"
   done
   "$mq" --help >/dev/null && echo "megaqwen starts"
-}
-sass_stage() {
-  [ -n "$cuobjdump" ] || { echo "no cuobjdump on this machine"; return 3; }
-  "$cuobjdump" -sass "$bin/megaqwen" >"$tmp/sass.txt" || return 1
-  # Not under $out: a ninth file there would not come back (8 files at most).
-  awk '/Function : .*gemv_bf16_kernel/ {p=1} /Function : / && !/gemv_bf16_kernel/ {p=0} p' "$tmp/sass.txt" >"$tmp/sass-gemv.txt"
-  echo "GEMV functions: $(grep -c 'Function :' $tmp/sass-gemv.txt); LDG.E.128 in them: $(grep -c 'LDG.E.128' $tmp/sass-gemv.txt); other LDG: $(grep 'LDG' $tmp/sass-gemv.txt | grep -vc 'LDG.E.128')"
 }
 model_stage() {
   [ -f "$model/model.safetensors" ] && return 0
@@ -369,12 +360,8 @@ mk_bench() {
 }
 
 mk_stage() {
-  # Its tests ran in the tests stage (tiny and full 0.6B), its sanitizers run in memcheck.
-  if [ -n "$cuobjdump" ]; then
-    "$cuobjdump" -sass "$bin/megaqwen" 2>/dev/null |
-      awk '/Function : .*megakernel/ {p=1} /Function : / && !/megakernel/ {p=0} p' >"$tmp/sass-mk.txt"
-    echo "MK SASS: functions $(grep -c 'Function :' $tmp/sass-mk.txt), UBLKCP (bulk copy) $(grep -c UBLKCP $tmp/sass-mk.txt), UBLKPF (L2 prefetch) $(grep -c UBLKPF $tmp/sass-mk.txt), LDS.128 $(grep -c 'LDS.128' $tmp/sass-mk.txt), LDL/STL (local memory) $(grep -cE 'LDL|STL' $tmp/sass-mk.txt)"
-  fi
+  # Its tests ran in the tests stage (tiny and full 0.6B), its sanitizers run in memcheck; its SASS
+  # is read without a GPU (scripts/sass-report.sh).
   # Megakernel vs per-op, same binary, same model (MEGAQWEN_DECODE picks the path); then what each
   # optimization buys: the same kernel with one switched back (MEGAQWEN_MK_ABLATE, layout.h).
   mk_bench qwen3-0.6b "$model" 100
@@ -496,13 +483,14 @@ mk_sizes_stage() {
 peak_gb_s=4800
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && peak_gb_s=3350
 
-export root gb bin tmp out log libpath cublas_dir nccl_dir mq model hybrid_model sanitizer cuobjdump peak_gb_s larger_model_suites
-export -f env_stage sass_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage mk_timing_stage \
+export root gb bin tmp out log libpath cublas_dir nccl_dir mq model hybrid_model sanitizer peak_gb_s larger_model_suites
+export -f env_stage model_stage run_suites list_suites tests_stage cli_stage bench_stage verify_stage mk_timing_stage \
   peers_stage memcheck_stage mk_stage mk_bench mk_sizes_stage hybrid_stage llamacpp_stage
 
 # Budgets are upper bounds (a stage that hangs is cut there). The first run on an H200 (2026-11-28,
 # bench/results/gpu_h200_gpu-check_2026-11-28_call*.log) took: env 10 s, model 1, tests 59, cli 9,
-# verify 35, bench 22, mk 35, peers 298, memcheck 77 (racecheck cut at 60 s), hybrid 64, sass 8.
+# verify 35, bench 22, mk 35, peers 298, memcheck 77 (racecheck cut at 60 s), hybrid 64, sass 8 (a
+# stage since dropped: scripts/sass-report.sh reads the SASS without a GPU).
 # The order is the priority: correctness, then the megakernel's numbers (issue #5), then the peers,
 # which ran once already and take the longest.
 stage env 30 env_stage
@@ -517,7 +505,6 @@ stage memcheck 240 memcheck_stage
 stage mk-sizes 300 mk_sizes_stage
 stage hybrid 150 hybrid_stage
 stage peers 300 peers_stage
-stage sass 45 sass_stage
 if want llamacpp && [ ! -x "$bin/llama-bench" ]; then
   status[llamacpp]="skipped (build-llamacpp/gpu not carried)"
   say "=== llamacpp: ${status[llamacpp]}"
