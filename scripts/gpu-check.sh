@@ -27,7 +27,8 @@
 #   mk        the decode megakernel's numbers: bench
 #             megakernel vs per-op at depths 1..32768 with greedy, top-k, nucleus and logprob
 #             selection, then each optimization switched back (MEGAQWEN_MK_ABLATE) and the attention
-#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the flagged vectors
+#             merge in stage C at every depth (MEGAQWEN_MK_MERGE_SPLITS=32), the per-op step with
+#             programmatic dependent launch (MEGAQWEN_PDL=on, both families), the flagged vectors
 #             (MEGAQWEN_MK_VECTORS=flagged), the one-stage MLP (MEGAQWEN_MK_MLP=one-stage), both, and the
 #             timing probes (MEGAQWEN_MK_PROBE: no waits, no weights, both), also on Qwen3.5-0.8B; then the per-operator step kernel by kernel
 #             (MEGAQWEN_PEROP_PROFILE) on both models (PEROP PROFILE lines in the log)
@@ -366,6 +367,12 @@ mk_stage() {
   # optimization buys: the same kernel with one switched back (MEGAQWEN_MK_ABLATE, layout.h).
   mk_bench qwen3-0.6b "$model" 100
   local ab abl=()
+  # The per-operator step with programmatic dependent launch (MEGAQWEN_PDL=on: each kernel launched
+  # while its predecessor finishes; launch.cuh), against the per-op row above (Qwen3.5: below).
+  MEGAQWEN_DECODE=per-op MEGAQWEN_PDL=on timeout --foreground 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
+    --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-per-op-pdl.json" ||
+    echo "MK BENCH per-op-pdl FAILED"
+  abl+=("qwen3-0.6b:per-op-pdl:$tmp/mk-bench-qwen3-0.6b-per-op-pdl.json")
   for ab in 1 2 4 8 15; do
     MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_ABLATE=$ab timeout --foreground 40 "$mq" bench --model "$model" --device cuda --ctx 5000 \
       --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 --json "$tmp/mk-bench-qwen3-0.6b-ablate-$ab.json" ||
@@ -407,11 +414,11 @@ mk_stage() {
   done
   [ -f "$hybrid_model/model.safetensors" ] || "$mq" synth --preset qwen3.5-0.8b --seed 0 --out "$hybrid_model" || true
   if [ -f "$hybrid_model/model.safetensors" ]; then
-    for k in counters flagged one-stage flagged+one-stage probe-no-waits probe-no-weights; do
-      local vectors=counters probe= mlp=two-stage
+    for k in counters flagged one-stage flagged+one-stage probe-no-waits probe-no-weights per-op per-op-pdl; do
+      local vectors=counters probe= mlp=two-stage decode=megakernel pdl=off
       case $k in flagged) vectors=flagged ;; one-stage) mlp=one-stage ;; flagged+one-stage) vectors=flagged mlp=one-stage ;;
-        probe-*) probe=${k#probe-} ;; esac
-      MEGAQWEN_DECODE=megakernel MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe MEGAQWEN_MK_MLP=$mlp \
+        probe-*) probe=${k#probe-} ;; per-op) decode=per-op ;; per-op-pdl) decode=per-op pdl=on ;; esac
+      MEGAQWEN_DECODE=$decode MEGAQWEN_PDL=$pdl MEGAQWEN_MK_VECTORS=$vectors MEGAQWEN_MK_PROBE=$probe MEGAQWEN_MK_MLP=$mlp \
         timeout --foreground 40 "$mq" bench --model "$hybrid_model" \
         --device cuda --ctx 5000 --prompt-len 0 --depth 1,4096 --tokens 128 --repeats 3 \
         --json "$tmp/mk-bench-qwen3.5-0.8b-$k.json" || echo "MK BENCH qwen3.5-0.8b $k FAILED"

@@ -16,15 +16,26 @@
 #   UBLKPF     bulk L2 prefetches (the ring's look-ahead)
 #   LDS.128    128-bit shared loads (the GEMVs' weight and vector reads)
 #   LDG.128    128-bit global loads
+#   pdl        wait: griddepcontrol.wait (ACQBULK) comes before the kernel's first global memory access,
+#              as launch_kernel's programmatic launches need (launch.cuh); LATE: a global access
+#              comes first; -: the kernel never waits (the megakernel's persistent grids)
 #
-# Usage: scripts/sass-report.sh [--check] [BINARY] [FILTER]
-#   BINARY  an executable or object with sm_90a code (default build/megaqwen, built by scripts/build.sh
-#           where nvcc is installed)
-#   --check exit 1 when any reported kernel has a cas-loop
+# Usage: scripts/sass-report.sh [--check] [--check-pdl EXCEPT] [BINARY] [FILTER]
+#   BINARY       an executable or object with sm_90a code (default build/megaqwen, built by
+#                scripts/build.sh where nvcc is installed)
+#   --check      exit 1 when any reported kernel has a cas-loop
+#   --check-pdl  exit 1 when a reported kernel whose name does not match the regex EXCEPT is not
+#                "wait" in the pdl column
 set -euo pipefail
 cd "$(dirname "$0")/.."
-check=false
-[ "${1:-}" = --check ] && check=true && shift
+check=false pdl_except=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --check) check=true && shift ;;
+    --check-pdl) pdl_except=${2:?--check-pdl needs a regex of the kernels that launch the ordinary way} && shift 2 ;;
+    *) break ;;
+  esac
+done
 binary=${1:-build/megaqwen}
 filter=${2:-.}
 tools=${MEGAQWEN_SASS_TOOLS:-build-sass-tools}
@@ -55,11 +66,13 @@ grep -q "Function :" "$work/sass.txt" || { echo "sass-report.sh: $binary holds n
 # Per function: the counts from the SASS, the registers and stack from the resource usage, the
 # demangled name shortened (namespaces and the megakernel's config parameters kept readable).
 awk '
-  /Function : / { f = $3; order[++n] = f; next }
+  /Function : / { f = $3; order[++n] = f; pdl[f] = "-"; next }
   f == "" { next }
   /STL/ { stl[f]++ } /LDL/ { ldl[f]++ } /ATOMS\.CAST\.SPIN/ { cas[f]++ }
   /UBLKCP/ { cp[f]++ } /UBLKPF/ { pf[f]++ } /LDS\.128/ { lds[f]++ } /LDG\.E\.128/ { ldg[f]++ }
-  END { for (i = 1; i <= n; ++i) { g = order[i]; printf "%s %d %d %d %d %d %d %d\n", g, stl[g], ldl[g], cas[g], cp[g], pf[g], lds[g], ldg[g] } }
+  /ACQBULK/ && pdl[f] == "-" { pdl[f] = "wait" }
+  /[ \t](LDG|STG|ATOMG|REDG|LD|ST|RED|ATOM)\.E/ && pdl[f] == "-" { pdl[f] = "early" }
+  END { for (i = 1; i <= n; ++i) { g = order[i]; printf "%s %d %d %d %d %d %d %d %s\n", g, stl[g], ldl[g], cas[g], cp[g], pf[g], lds[g], ldg[g], pdl[g] } }
 ' "$work/sass.txt" >"$work/counts.txt"
 awk '/^ Function / { f = $2; sub(/:$/, "", f); next }
      f != "" && /REG:/ { r = $0; sub(/.*REG:/, "", r); sub(/ .*/, "", r);
@@ -78,18 +91,27 @@ short_name() {
     print }'
 }
 
-printf '%-80s %5s %5s %5s %5s %8s %6s %6s %7s %7s\n' kernel regs stack STL LDL cas-loop UBLKCP UBLKPF LDS.128 LDG.128
-bad=0
-while read -r fn stl ldl cas cp pf lds ldg; do
+printf '%-80s %5s %5s %5s %5s %8s %6s %6s %7s %7s %5s\n' kernel regs stack STL LDL cas-loop UBLKCP UBLKPF LDS.128 LDG.128 pdl
+bad=0 bad_pdl=0
+while read -r fn stl ldl cas cp pf lds ldg pdl; do
   name=$(short_name "$fn")
   [[ $name =~ $filter ]] || continue
   read -r regs stack < <(awk -v f="$fn" '$1 == f { print $2, $3; exit }' "$work/res-by-fn.txt")
-  printf '%-80s %5s %5s %5d %5d %8d %6d %6d %7d %7d\n' "${name:0:80}" "${regs:-?}" "${stack:-?}" \
-    "$stl" "$ldl" "$cas" "$cp" "$pf" "$lds" "$ldg"
+  # "early" (a global access before any wait) may still wait later: either way it is LATE for a
+  # programmatic launch. A kernel that never touches global memory before a wait it lacks shows "-".
+  [ "$pdl" = early ] && pdl=LATE
+  printf '%-80s %5s %5s %5d %5d %8d %6d %6d %7d %7d %5s\n' "${name:0:80}" "${regs:-?}" "${stack:-?}" \
+    "$stl" "$ldl" "$cas" "$cp" "$pf" "$lds" "$ldg" "$pdl"
   ((cas > 0)) && bad=$((bad + 1))
+  if [ -n "$pdl_except" ] && [ "$pdl" != wait ] && ! [[ $name =~ $pdl_except ]]; then bad_pdl=$((bad_pdl + 1)); fi
 done <"$work/counts.txt"
+rc=0
 if $check && ((bad > 0)); then
   echo "sass-report.sh: $bad kernel(s) add to shared memory through compare-and-swap loops (cas-loop above)" >&2
-  exit 1
+  rc=1
 fi
-exit 0
+if ((bad_pdl > 0)); then
+  echo "sass-report.sh: $bad_pdl kernel(s) launched by launch_kernel touch global memory before pdl_begin's wait (pdl above)" >&2
+  rc=1
+fi
+exit $rc

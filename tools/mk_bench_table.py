@@ -9,6 +9,7 @@ KERNEL is megakernel or per-op, or a variant of the megakernel run that gets its
 megakernel-logprobs: greedy draws scored in the kernel; ablate-N:
 MEGAQWEN_MK_ABLATE=N; merge-N: MEGAQWEN_MK_MERGE_SPLITS=N; counters / flagged:
 MEGAQWEN_MK_VECTORS; one-stage: MEGAQWEN_MK_MLP=one-stage; flagged+one-stage: both;
+per-op-pdl: the per-op step with MEGAQWEN_PDL=on;
 probe-P: the timing probe MEGAQWEN_MK_PROBE=P).
 
 Where the timing probes ran (probe-no-waits, probe-no-weights, probe-no-waits,no-weights) it also

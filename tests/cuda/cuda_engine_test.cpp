@@ -28,6 +28,7 @@
 #include "megaqwen/cuda/kernel_profile.h"
 #include "megaqwen/cuda/kernels.h"
 #include "megaqwen/cuda/megakernel/runner.h"
+#include "megaqwen/cuda/programmatic_launch.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/engine/prompt_cache.h"
@@ -178,6 +179,61 @@ TEST_F(CudaEngineTest, GraphReplayEqualsDirectLaunchesBitForBit) {
     auto b = direct.decode(id);
     ASSERT_EQ(av, std::vector<float>(b.begin(), b.end()));
   }
+}
+
+// MEGAQWEN_PDL=on (programmatic dependent launch: a kernel may start while its predecessor finishes and
+// waits in pdl_begin for its writes) changes timing, never bits: a chunked prefill, then decode steps
+// in the graph and launched directly, and a device draw with penalties and log-probabilities give the
+// logits and the token of an engine with it off. The device
+// description says it is on (sm_90 and newer); bad values are refused by name.
+TEST_F(CudaEngineTest, ProgrammaticLaunchChangesNoBit) {
+  const auto ids = random_ids(36, 9);
+  auto run = [&](const char* pdl, bool graph) {
+    test::ScopedEnv env("MEGAQWEN_PDL", pdl);
+    cuda::CudaEngine gpu(model_, {.context = 128, .prefill_chunk = 8, .use_graph = graph});
+    // The description names the architecture: "cuda:0 (NVIDIA H200, sm_90, ...)".
+    const std::string name = gpu.device_name();
+    const size_t sm = name.find(", sm_");
+    EXPECT_NE(sm, std::string::npos) << name;
+    if (sm == std::string::npos) return std::vector<float>();
+    const bool on = std::string(pdl) == "on" && std::stoi(name.substr(sm + 5)) >= 90;
+    EXPECT_EQ(cuda::programmatic_launch(), on);
+    EXPECT_EQ(name.find("programmatic dependent launch") != std::string::npos, on) << name;
+    auto first = gpu.prefill(std::span(ids).first(20));
+    std::vector<float> logits(first.begin(), first.end());
+    for (size_t i = 20; i < ids.size(); ++i) {
+      auto l = gpu.decode(ids[i]);
+      logits.insert(logits.end(), l.begin(), l.end());
+    }
+    SamplingParams sp;
+    sp.temperature = 0.8f;
+    sp.top_k = 8;
+    sp.repetition_penalty = 1.2f;
+    sp.seed = 4;
+    const auto drawn = gpu.sample_on_device(sp, ids, 3);
+    EXPECT_TRUE(drawn.has_value());
+    if (drawn) {
+      logits.push_back(float(drawn->token));
+      logits.push_back(drawn->logprob ? drawn->logprob->logprob : 1.0f);
+    }
+    return logits;
+  };
+  for (bool graph : {true, false}) {
+    const std::vector<float> off = run("off", graph);
+    EXPECT_EQ(run("on", graph), off) << (graph ? "graph" : "direct launches");
+  }
+  for (const char* bad : {"1", "ON", "yes"}) {
+    test::ScopedEnv env("MEGAQWEN_PDL", bad);
+    try {
+      cuda::CudaEngine gpu(model_, {.context = 16});
+      ADD_FAILURE() << "MEGAQWEN_PDL=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MEGAQWEN_PDL"), std::string::npos) << e.what();
+    }
+  }
+  test::ScopedEnv env("MEGAQWEN_PDL", "off");
+  cuda::CudaEngine reset(model_, {.context = 16});  // the flag is process-wide: leave it off
+  EXPECT_FALSE(cuda::programmatic_launch());
 }
 
 // The profile's kernel names: return type, namespaces and parameter list dropped; template

@@ -1,10 +1,13 @@
 #include "megaqwen/cuda/device_setup.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 
 #include "megaqwen/cuda/cuda_check.h"
 #include "megaqwen/cuda/kernels.h"
+#include "megaqwen/cuda/programmatic_launch.h"
 #include "megaqwen/util/error.h"
 
 namespace megaqwen::cuda {
@@ -12,7 +15,19 @@ namespace megaqwen::cuda {
 namespace {
 double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 constexpr int kDefaultContext = 4096;
+std::atomic<bool> g_programmatic_launch{false};
 }  // namespace
+
+void set_programmatic_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
+bool programmatic_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
+
+bool parse_programmatic_launch(const std::string& value) {
+  if (value != "on" && value != "off")
+    fail("MEGAQWEN_PDL must be 'on' (kernels launched while their predecessor finishes: programmatic dependent "
+         "launch, sm_90 and newer) or 'off'; got '{}'",
+         value);
+  return value == "on";
+}
 
 int resolve_cuda_context(const ModelConfig& c, int requested) {
   const int context = requested > 0 ? requested : std::min(c.context_limit(), kDefaultContext);
@@ -26,10 +41,14 @@ cudaDeviceProp open_cuda_device(int device, std::string* name) {
   CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  bool pdl = false;
+  if (const char* env = std::getenv("MEGAQWEN_PDL"); env && *env) pdl = parse_programmatic_launch(env) && prop.major >= 9;
+  set_programmatic_launch(pdl);
   if (name)
     *name = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, " +
-            std::to_string(int(std::lround(gib(prop.totalGlobalMem)))) + " GiB)";
+            std::to_string(int(std::lround(gib(prop.totalGlobalMem)))) + " GiB" +
+            (pdl ? ", programmatic dependent launch" : "") + ")";
   return prop;
 }
 

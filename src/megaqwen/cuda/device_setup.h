@@ -26,8 +26,13 @@ struct CudaMemoryPlan {
 constexpr uint64_t kDeviceReserveBytes = 512ull << 20;
 
 // Makes `device` current after checking that it is usable (fails naming why not); `name` gets its
-// description, e.g. "cuda:0 (NVIDIA H200, sm_90, 132 SMs, 140 GiB)".
+// description, e.g. "cuda:0 (NVIDIA H200, sm_90, 132 SMs, 140 GiB)". Sets launch.cuh's programmatic
+// launch from MEGAQWEN_PDL (on / off, default off; on is honoured on sm_90 and newer, and named in
+// the description).
 cudaDeviceProp open_cuda_device(int device, std::string* name);
+
+// MEGAQWEN_PDL's value: "on" or "off"; throws megaqwen::Error naming the variable otherwise.
+bool parse_programmatic_launch(const std::string& value);
 
 // Fails when the prefill attention's shared memory for head_dim (the tensor-core kernel's or the fp32
 // one's) exceeds the device's per-block limit.

@@ -48,6 +48,7 @@ __global__ __launch_bounds__(kDecodeAttnThreads) void attention_decode_kernel(
     const float* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
     const int32_t* __restrict__ pos_ptr, int kv_heads, int splits, float scale_log2, float* __restrict__ partial_o,
     float* __restrict__ partial_ml) {
+  pdl_begin();
   constexpr int P = KvRow<D>::P;  // dims per lane
   constexpr int S = kDecodeAttnStreams;
   __shared__ float sm_m[S][G], sm_l[S][G];
@@ -143,6 +144,7 @@ template <int D>
 __global__ __launch_bounds__(D) void attention_decode_merge_kernel(const float* __restrict__ partial_o,
                                                                    const float* __restrict__ partial_ml, int splits,
                                                                    float* __restrict__ out) {
+  pdl_begin();
   const int h = blockIdx.x, d = threadIdx.x;
   float M = -INFINITY;
   for (int s = 0; s < splits; ++s) M = fmaxf(M, partial_ml[2 * (size_t(h) * splits + s)]);

@@ -40,6 +40,7 @@ template <int D>
 __global__ __launch_bounds__(kPrefillThreads) void attention_prefill_kernel(
     const float* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache, int T, int p0,
     int heads, int kv_heads, float scale_log2, float* __restrict__ out) {
+  pdl_begin();
   static_assert(kPrefillThreads == 256 && kPrefillBQ == 64 && kPrefillBK == 64, "thread mapping assumes 16x16 threads");
   using L = PrefillSmem<D>;
   constexpr int DC = D / 16;  // output columns per thread

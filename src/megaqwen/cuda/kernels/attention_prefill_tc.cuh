@@ -52,6 +52,7 @@ template <int D>
 __global__ __launch_bounds__(kTcThreads) void attention_prefill_tc_kernel(
     const float* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache, int T, int p0,
     int heads, int kv_heads, float scale_log2, float* __restrict__ out) {
+  pdl_begin();
 #if defined(MEGAQWEN_SIMT) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   namespace wmma = nvcuda::wmma;
   using L = TcPrefillSmem<D>;

@@ -23,6 +23,17 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __host__ __device__ constexpr int div_up(int a, int b) { return (a + b - 1) / b; }
 
+// The first statement of every kernel that launch_kernel runs (launch.cuh: programmatic dependent
+// launch): waits until the grid this one may overlap has finished and its writes are visible (at once
+// when it was launched the ordinary way), then lets the next kernel in the stream begin launching (it
+// waits in its own pdl_begin). Before sm_90 and on the emulator, nothing.
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // 8 bf16 in a 16-byte word -> 8 floats (bf16 is the top half of an fp32; element 0 is the low half).
 __device__ __forceinline__ void unpack_bf16x8(const uint4& u, float f[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};

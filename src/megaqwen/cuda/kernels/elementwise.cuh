@@ -11,6 +11,7 @@ namespace megaqwen::cuda {
 // x[t, :] = fp32(table[tokens[t], :]). One block per token, 8 bf16 (16 bytes) per thread step.
 __global__ void embed_rows_kernel(const bf16* __restrict__ table, int hidden, const int32_t* __restrict__ tokens,
                                   float* __restrict__ x) {
+  pdl_begin();
   const int t = blockIdx.x;
   const uint4* row = reinterpret_cast<const uint4*>(table + size_t(tokens[t]) * size_t(hidden));
   float* out = x + size_t(t) * size_t(hidden);
@@ -23,6 +24,7 @@ __global__ void embed_rows_kernel(const bf16* __restrict__ table, int hidden, co
 }
 
 __global__ void split_bf16_kernel(const float* __restrict__ x, size_t n, bf16* __restrict__ hi, bf16* __restrict__ lo) {
+  pdl_begin();
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     const bf16 h = __float2bfloat16_rn(v);
@@ -32,6 +34,7 @@ __global__ void split_bf16_kernel(const float* __restrict__ x, size_t n, bf16* _
 }
 
 __global__ void fill_noise_kernel(bf16* __restrict__ dst, size_t n, uint32_t seed) {
+  pdl_begin();
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float u = float(uniform_at(seed, 0, uint32_t(i)) * 2.0 - 1.0);
     dst[i] = __float2bfloat16_rn(u);
@@ -39,11 +42,13 @@ __global__ void fill_noise_kernel(bf16* __restrict__ dst, size_t n, uint32_t see
 }
 
 __global__ void fill_noise_f32_kernel(float* __restrict__ dst, size_t n, float scale, uint32_t seed) {
+  pdl_begin();
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = scale * float(uniform_at(seed, 0, uint32_t(i)) * 2.0 - 1.0);
 }
 
 __global__ void count_tokens_kernel(const int32_t* __restrict__ ids, int n, int32_t* __restrict__ counts) {
+  pdl_begin();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) atomicAdd(counts + ids[i], 1);
 }
@@ -52,6 +57,7 @@ __global__ void count_tokens_kernel(const int32_t* __restrict__ ids, int n, int3
 // q | gate | k | v projection rows, so they are read in place.
 __global__ void sigmoid_gate_kernel(float* __restrict__ x, const float* __restrict__ gate, int rows, int n,
                                     int gate_stride) {
+  pdl_begin();
   const size_t total = size_t(rows) * size_t(n);
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t r = i / size_t(n), c = i % size_t(n);

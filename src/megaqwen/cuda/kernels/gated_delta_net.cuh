@@ -26,6 +26,7 @@ namespace megaqwen::cuda {
 template <int kMaxTaps>
 __global__ void causal_conv_kernel(float* __restrict__ qkv, const bf16* __restrict__ w, float* __restrict__ state,
                                    int T, int C, int K) {
+  pdl_begin();
   const int ch = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (ch >= C) return;
   float taps[kMaxTaps], past[kMaxTaps];  // past[0..K-2]: the last K-1 inputs, oldest first
@@ -72,6 +73,7 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 // Grid (nv, ceil(dv / 32)), 32 threads; dk <= kMaxDk.
 template <int kMaxDk>
 __global__ __launch_bounds__(32) void delta_rule_kernel(const DeltaRuleParams p) {
+  pdl_begin();
   __shared__ float qs[kMaxDk], ks[kMaxDk];  // this token's normalized q (scaled) and k
   const int lane = int(threadIdx.x), hv = int(blockIdx.x), j = int(blockIdx.y) * 32 + lane;
   const int hk = hv / (p.nv / p.nk), Kd = p.nk * p.dk, C = 2 * Kd + p.nv * p.dv;
@@ -136,6 +138,7 @@ constexpr int kGatedNormThreads = 128;
 __global__ __launch_bounds__(kGatedNormThreads) void gated_rms_norm_kernel(const float* x, const float* __restrict__ z,
                                                                            const float* __restrict__ w, int n,
                                                                            float eps, float* out) {
+  pdl_begin();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * size_t(n);
   float ss = 0.0f;

@@ -56,6 +56,7 @@ struct DeltaChunkParams {
 
 // Grid (T, nk), 32 threads.
 __global__ __launch_bounds__(32) void delta_qk_norm_kernel(const DeltaChunkParams p) {
+  pdl_begin();
   const int lane = int(threadIdx.x), t = int(blockIdx.x), hk = int(blockIdx.y), Kd = p.nk * p.dk;
   const int Cc = 2 * Kd + p.nv * p.dv;
   const float* q = p.qkv + size_t(t) * size_t(Cc) + size_t(hk) * size_t(p.dk);
@@ -78,6 +79,7 @@ __global__ __launch_bounds__(32) void delta_qk_norm_kernel(const DeltaChunkParam
 // lanes of a warp reading one column of 32 rows hit 32 banks.
 template <int kMaxDk>
 __global__ __launch_bounds__(kDeltaChunkThreads) void delta_chunk_prepare_kernel(const DeltaChunkParams p) {
+  pdl_begin();
   constexpr int C = kDeltaChunk;
   __shared__ float ks[C][kMaxDk + 1], qs[C][kMaxDk + 1];
   __shared__ float A[C][C + 1], X[C][C + 1];
@@ -162,6 +164,7 @@ __global__ __launch_bounds__(kDeltaChunkThreads) void delta_chunk_prepare_kernel
 // Grid (nv, ceil(dv / kDeltaScanCols)), kDeltaChunkThreads threads: thread (row group, column).
 template <int kMaxDk>
 __global__ __launch_bounds__(kDeltaChunkThreads) void delta_chunk_scan_kernel(const DeltaChunkParams p) {
+  pdl_begin();
   constexpr int C = kDeltaChunk, kCols = kDeltaScanCols, kGroups = kDeltaChunkThreads / kCols;
   static_assert(C % kGroups == 0, "every row group owns the same number of chunk rows");
   __shared__ float S[kMaxDk][kCols];  // the state's columns [j0, j0 + kCols)

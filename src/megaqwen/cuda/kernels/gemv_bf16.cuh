@@ -29,6 +29,7 @@ __global__ __launch_bounds__(kGemvThreads) void gemv_bf16_kernel(const bf16* __r
                                                                  int rows, int K, float* __restrict__ y,
                                                                  const float* __restrict__ norm_w = nullptr,
                                                                  float eps = 0.0f) {
+  pdl_begin();
   constexpr int R = kGemvRowsPerWarp;
   const int lane = threadIdx.x & 31;
   const int r0 = (blockIdx.x * (kGemvThreads / 32) + (threadIdx.x >> 5)) * R;

@@ -20,6 +20,7 @@ template <NormOut kOut>
 __global__ __launch_bounds__(kNormThreads) void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                int n, float eps, float* __restrict__ out,
                                                                bf16* __restrict__ hi, bf16* __restrict__ lo) {
+  pdl_begin();
   __shared__ float scratch[32];
   const size_t row = blockIdx.x;
   const float* xr = x + row * size_t(n);

@@ -25,6 +25,7 @@ __global__ __launch_bounds__(32) void qk_norm_rope_kernel(const float* __restric
                                                           const float* __restrict__ inv_freq, const int32_t* pos_ptr,
                                                           int pos_base, float eps, float* __restrict__ q_out,
                                                           bf16* __restrict__ k_cache, bf16* __restrict__ v_cache) {
+  pdl_begin();
   static_assert(D % 32 == 0, "a head is whole lanes' elements");
   constexpr int E = D / 32;
   __shared__ float normed[D];

@@ -84,6 +84,7 @@ constexpr int kArgmaxThreads = 256;
 
 __global__ __launch_bounds__(kArgmaxThreads) void argmax_partial_kernel(const float* __restrict__ logits, int V,
                                                                         LogitTransform t, uint64_t* __restrict__ partial) {
+  pdl_begin();
   const int slice = div_up(V, gridDim.x);
   const int begin = blockIdx.x * slice, end = min(V, begin + slice);
   float bv = -INFINITY;
@@ -98,6 +99,7 @@ __global__ __launch_bounds__(kArgmaxThreads) void argmax_partial_kernel(const fl
 
 __global__ __launch_bounds__(kArgmaxThreads) void argmax_final_kernel(const uint64_t* __restrict__ partial, int blocks,
                                                                       int32_t* __restrict__ out) {
+  pdl_begin();
   float bv = -INFINITY;
   int bi = INT_MAX;
   for (int b = threadIdx.x; b < blocks; b += kArgmaxThreads) {
@@ -111,6 +113,7 @@ __global__ __launch_bounds__(kArgmaxThreads) void argmax_final_kernel(const uint
 }
 
 __global__ void transform_logits_kernel(const float* __restrict__ logits, int V, LogitTransform t, float* __restrict__ dst) {
+  pdl_begin();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) dst[i] = transform_logit(t, logits, i);
 }
 
@@ -120,6 +123,7 @@ static_assert(kSampleCandidates == kSampleThreads, "one candidate per thread in 
 __global__ __launch_bounds__(kSampleThreads) void sample_filtered_kernel(const float* __restrict__ v, int V, int K,
                                                                          float top_p, float min_p, uint64_t seed,
                                                                          uint64_t step, int32_t* __restrict__ out) {
+  pdl_begin();
   __shared__ unsigned hist[256];
   __shared__ float cand_v[kSampleThreads];
   __shared__ int cand_i[kSampleThreads];
@@ -251,6 +255,7 @@ constexpr int kNucleusMembers = 3072;  // 24 KB: a boundary bin up to this size 
 __global__ __launch_bounds__(kNucleusThreads) void sample_nucleus_kernel(const float* __restrict__ v, int V,
                                                                          float top_p, float min_p, uint64_t seed,
                                                                          uint64_t step, int32_t* __restrict__ out) {
+  pdl_begin();
   __shared__ NucleusShared s;
   __shared__ NucleusMember members[kNucleusMembers];
   __shared__ float top;

@@ -12,6 +12,7 @@ namespace megaqwen::cuda {
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void swiglu_split_kernel(const float2* __restrict__ gu, size_t n, bf16* __restrict__ hi, bf16* __restrict__ lo) {
+  pdl_begin();
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float2 p = gu[i];
     const float y = silu(p.x) * p.y;

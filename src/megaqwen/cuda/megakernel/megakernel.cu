@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
 // The token selection alone, for tests (select.cuh, select_over_logits); out[0] = the id. Runs on
 // any sm_70+ device.
 __global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTestArgs a) {
+  pdl_begin();  // launched by launch_kernel (launch.cuh)
   __shared__ float red[64];
   __shared__ int last;
   __shared__ SelectShared s;
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) select_test_kernel(const SelectTe
 // The logprob reduction alone (logprob.cuh, logprobs_over_logits): the per-operator path's device
 // logprobs of a drawn token, and the tests of the megakernel's logprob primitives. Any sm_70+ device.
 __global__ void __launch_bounds__(kThreads, 1) token_logprobs_kernel(const LogprobArgs a) {
+  pdl_begin();
   __shared__ float red[64];
   __shared__ int last;
   __shared__ float log_z;
@@ -129,6 +131,7 @@ bool timing_compiled() { return MEGAQWEN_MK_TIMING != 0; }
 constexpr int kTransposeTile = 32, kTransposeThreads = 256;
 __global__ void __launch_bounds__(kTransposeThreads) transpose_bf16_kernel(const uint16_t* __restrict__ src, int rows,
                                                                            int cols, uint16_t* __restrict__ dst) {
+  pdl_begin();
   __shared__ uint16_t tile[kTransposeTile][kTransposeTile + 1];
   constexpr int kStep = kTransposeThreads / kTransposeTile;
   const int tx = int(threadIdx.x) % kTransposeTile, ty = int(threadIdx.x) / kTransposeTile;
