@@ -20,18 +20,22 @@
 #              as launch_kernel's programmatic launches need (launch.cuh); LATE: a global access
 #              comes first; -: the kernel never waits (the megakernel's persistent grids)
 #
-# Usage: scripts/sass-report.sh [--check] [--check-pdl EXCEPT] [BINARY] [FILTER]
+# Usage: scripts/sass-report.sh [--check] [--check-pdl EXCEPT] [--spills] [BINARY] [FILTER]
 #   BINARY       an executable or object with sm_90a code (default build/megaqwen, built by
 #                scripts/build.sh where nvcc is installed)
 #   --check      exit 1 when any reported kernel has a cas-loop
 #   --check-pdl  exit 1 when a reported kernel whose name does not match the regex EXCEPT is not
 #                "wait" in the pdl column
+#   --spills     after the table, where each reported kernel's local stores and loads are: counts per
+#                source line with the chain of inlined calls it came through (nvdisasm -gi), so a
+#                spill in a hot loop is told from one in a cold path
 set -euo pipefail
 cd "$(dirname "$0")/.."
-check=false pdl_except=
+check=false pdl_except= spills=false
 while [ $# -gt 0 ]; do
   case $1 in
     --check) check=true && shift ;;
+    --spills) spills=true && shift ;;
     --check-pdl) pdl_except=${2:?--check-pdl needs a regex of the kernels that launch the ordinary way} && shift 2 ;;
     *) break ;;
   esac
@@ -55,7 +59,7 @@ if [ ! -x "$bin_dir/cuobjdump" ] || [ ! -x "$bin_dir/nvdisasm" ]; then
   [ -n "$bin_dir" ] && [ -f "$bin_dir/nvdisasm" ] || { echo "sass-report.sh: the wheels hold no cuobjdump / nvdisasm" >&2; exit 3; }
   chmod +x "$bin_dir/cuobjdump" "$bin_dir/nvdisasm"
 fi
-export PATH="$bin_dir:$PATH"
+export PATH="$(realpath "$bin_dir"):$PATH"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -105,6 +109,42 @@ while read -r fn stl ldl cas cp pf lds ldg pdl; do
   ((cas > 0)) && bad=$((bad + 1))
   if [ -n "$pdl_except" ] && [ "$pdl" != wait ] && ! [[ $name =~ $pdl_except ]]; then bad_pdl=$((bad_pdl + 1)); fi
 done <"$work/counts.txt"
+if $spills; then
+  binary_path=$(realpath "$binary")
+  (cd "$work" && cuobjdump -arch sm_90a -xelf all "$binary_path" >/dev/null)
+  for cubin in "$work"/*.sm_90a.cubin; do nvdisasm -gi -c "$cubin"; done >"$work/lines.sass"
+  python3 - "$work/lines.sass" "$filter" <<'PY'
+import collections, re, subprocess, sys
+path, keep = sys.argv[1], re.compile(sys.argv[2])
+where = collections.OrderedDict()  # function -> Counter of (kind, chain)
+fn, chain, in_chain = None, [], False
+for line in open(path):
+    if line.startswith("//--") and ".text." in line:
+        fn = line.split(".text.", 1)[1].split()[0]
+        where.setdefault(fn, collections.Counter())
+        continue
+    m = re.match(r'\s*//## File "([^"]+)", line (\d+)', line)
+    if m:
+        if not in_chain:
+            chain = []
+        if "/cuda/include/" not in m.group(1):  # the CUDA headers' own lines say nothing here
+            chain.append(m.group(1).rsplit("/", 1)[-1] + ":" + m.group(2))
+        in_chain = True
+        continue
+    in_chain = False
+    k = re.search(r"\s(STL|LDL)[.\s]", line)
+    if fn and k:
+        where[fn][(k.group(1), " < ".join(chain[:5]))] += 1
+names = subprocess.run(["c++filt"], input="\n".join(where), capture_output=True, text=True).stdout.split("\n")
+for (fn, counts), name in zip(where.items(), names):
+    name = re.sub(r"megaqwen::cuda::(mk::)?", "", name)
+    if not counts or not keep.search(name):
+        continue
+    print(f"\nlocal memory in {name[:100]}:")
+    for (kind, ch), n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind} {n:3d}  {ch}")
+PY
+fi
 rc=0
 if $check && ((bad > 0)); then
   echo "sass-report.sh: $bad kernel(s) add to shared memory through compare-and-swap loops (cas-loop above)" >&2
