@@ -45,19 +45,29 @@ filter=${2:-.}
 tools=${MEGAQWEN_SASS_TOOLS:-build-sass-tools}
 [ -f "$binary" ] || { echo "sass-report.sh: no $binary (build it first: bash scripts/build.sh)" >&2; exit 2; }
 
-# cuobjdump calls nvdisasm for -sass and -res-usage: both wheels, the same version.
-bin_dir=$tools/nvidia/cu13/bin
+# cuobjdump calls nvdisasm for -sass and -res-usage: both wheels, the same version. Unpacked into a
+# folder of its own first and then renamed into place, so a run that finds the tools finds them whole.
+find_tool_dir() { dirname "$(find "$1" -name cuobjdump -type f 2>/dev/null | head -1)" 2>/dev/null; }
+bin_dir=$(find_tool_dir "$tools")
 if [ ! -x "$bin_dir/cuobjdump" ] || [ ! -x "$bin_dir/nvdisasm" ]; then
-  rm -rf "$tools" && mkdir -p "$tools/wheels"
-  if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$tools/wheels" \
-    nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm >"$tools/pip.log" 2>&1; then
-    echo "sass-report.sh: could not download cuobjdump / nvdisasm from PyPI (see $tools/pip.log)" >&2
+  staging=$(mktemp -d "${tools%/}.staging.XXXXXX")
+  if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$staging/wheels" \
+    nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm >"$staging/pip.log" 2>&1; then
+    echo "sass-report.sh: could not download cuobjdump / nvdisasm from PyPI:" >&2
+    tail -3 "$staging/pip.log" >&2
+    rm -rf "$staging"
     exit 3
   fi
-  for w in "$tools"/wheels/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
-  bin_dir=$(dirname "$(find "$tools" -name cuobjdump -type f | head -1)")
-  [ -n "$bin_dir" ] && [ -f "$bin_dir/nvdisasm" ] || { echo "sass-report.sh: the wheels hold no cuobjdump / nvdisasm" >&2; exit 3; }
+  for w in "$staging"/wheels/*.whl; do python3 -m zipfile -e "$w" "$staging"; done
+  bin_dir=$(find_tool_dir "$staging")
+  if [ -z "$bin_dir" ] || [ ! -f "$bin_dir/nvdisasm" ]; then
+    echo "sass-report.sh: the wheels hold no cuobjdump / nvdisasm" >&2
+    rm -rf "$staging"
+    exit 3
+  fi
   chmod +x "$bin_dir/cuobjdump" "$bin_dir/nvdisasm"
+  rm -rf "$tools" && mv "$staging" "$tools"
+  bin_dir=$(find_tool_dir "$tools")
 fi
 export PATH="$(realpath "$bin_dir"):$PATH"
 
