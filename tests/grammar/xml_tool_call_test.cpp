@@ -146,6 +146,19 @@ TEST(XmlToolCall, RefusesWhatTheSchemaForbidsOrTheParserWouldMisread) {
   EXPECT_FALSE(accepts(g, "get_weather>\n" + city));
   EXPECT_TRUE(accepts(g, "get_weather>\n" + city, /*whole=*/false));
   EXPECT_TRUE(accepts(g, "set_alarm>\n" + param("hour", "7") + param("loud", "true") + end));
+  // Found by fuzz_tool_call: a JSON string holding the closing tag (the parser would stop there); JSON
+  // can write its '/' escaped, and the parser reads that back.
+  const std::vector<ojson> notes = {ojson::parse(R"({"type": "function", "function": {"name": "notes", "parameters":
+      {"type": "object", "properties": {"lines": {"type": "array", "items": {"type": "string"}}}}}})")};
+  const auto g_notes = std::make_shared<const XmlToolCallGrammar>(XmlToolCallGrammar::from_tools(notes, ""));
+  EXPECT_FALSE(accepts(g_notes, "notes>\n" + param("lines", "[\"</parameter>a\", \"b\"]") + end));
+  EXPECT_TRUE(accepts(g_notes, "notes>\n" + param("lines", "[\"</parameter\", \"<p>\"]") + end));
+  const std::string escaped = "notes>\n" + param("lines", "[\"<\\/parameter>a\"]") + end;
+  EXPECT_TRUE(accepts(g_notes, escaped));
+  const std::string body = "<function=" + escaped.substr(0, escaped.size() - std::string("</tool_call>").size());
+  const auto parsed = server::parse_tool_call(body, notes);
+  ASSERT_TRUE(parsed) << escaped;
+  EXPECT_EQ(ojson::parse(parsed->arguments).at("lines"), ojson({"</parameter>a"}));
   EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("n", "4") + end));
   EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("da", "4") +
                              param("days", "5") + param("d", "6") + end));
@@ -169,6 +182,19 @@ TEST(XmlToolCall, RefusesToolsTheFormCannotCarry) {
     const ojson bad_pattern = {{"type", "object"},
                                {"properties", {{"day", {{"type", "string"}, {"pattern", spelled}}}}}};
     EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", bad_pattern)}, ""), Error) << spelled;
+  }
+  // Nor where a JSON value's bytes are fixed: enum, const, property names, patterns (found by fuzz_tool_call:
+  // an untyped value with a pattern spelling the tag).
+  const std::vector<ojson> fixed = {
+      {{"pattern", "^a{</parameter>2}0$"}},
+      {{"type", "array"}, {"items", {{"type", "string"}, {"pattern", "^</parameter>$"}}}},
+      {{"type", "array"}, {"items", {{"enum", {"</parameter>"}}}}},
+      {{"anyOf", {{{"type", "integer"}}, {{"const", "x</parameter>"}}}}},
+      {{"type", "object"}, {"properties", {{"</parameter>", {{"type", "integer"}}}}}, {"required", {"</parameter>"}}},
+  };
+  for (const ojson& value : fixed) {
+    const ojson parameters = {{"type", "object"}, {"properties", {{"v", value}}}};
+    EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", parameters)}, ""), Error) << value.dump();
   }
   EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", ojson::object()), tool("f", ojson::object())}, ""), Error);
   EXPECT_THROW(XmlToolCallGrammar::from_tools({tool("f", ojson::object())}, "g"), Error);

@@ -21,6 +21,38 @@ bool fits_in_tag(const std::string& s) {
   return space.find(s.front()) == std::string_view::npos && space.find(s.back()) == std::string_view::npos;
 }
 
+bool spells_close_tag(const std::string& s) { return s.find("</parameter>") != std::string::npos; }
+
+// A JSON value may not hold "</parameter>" either (the parser ends the value there), and the model
+// can always write a string's '/' as "\/", except where the schema fixes the bytes: an enum or
+// const string, a property name, a pattern that spells the tag. Those could leave the value no way
+// on, so they are refused wherever they are in the parameters' schema. (As for text values, a pattern
+// reaching the tag only through escapes or classes is not caught.)
+void refuse_fixed_close_tag(const ojson& s, const std::string& path) {
+  if (s.is_string()) return;
+  if (s.is_object()) {
+    for (const auto& [key, sub] : s.items()) {
+      const std::string at = path + "." + key;
+      if (key == "pattern" && sub.is_string()) {
+        const std::string p = sub.get<std::string>();
+        if (p.find("parameter>") != std::string::npos || p.find("</param") != std::string::npos)
+          fail("{}: the pattern spells \"</parameter>\", which no parameter value may hold", at);
+      } else if ((key == "enum" || key == "const") && spells_close_tag(sub.dump())) {
+        fail("{}: a value holds \"</parameter>\", which no parameter value may hold", at);
+      } else if (key == "properties" && sub.is_object()) {
+        for (const auto& [name, schema] : sub.items()) {
+          if (spells_close_tag(name)) fail("{}: the property name \"{}\" holds \"</parameter>\"", at, name);
+          refuse_fixed_close_tag(schema, at + "." + name);
+        }
+      } else if (key != "description" && key != "title" && key != "default" && key != "examples") {
+        refuse_fixed_close_tag(sub, at);
+      }
+    }
+  } else if (s.is_array()) {
+    for (size_t i = 0; i < s.size(); ++i) refuse_fixed_close_tag(s[i], path + "[" + std::to_string(i) + "]");
+  }
+}
+
 class Compiler {
  public:
   explicit Compiler(XmlToolCallGrammar& g) : g_(g) {}
@@ -49,14 +81,6 @@ class Compiler {
     }
     const JsonGrammar::Node& n = json.nodes[size_t(node)];
     if (n.kind == JsonGrammar::Kind::String) {
-      // The text may not hold "</parameter>" (the parser ends the value there), so a pattern that
-      // spells it could leave the value no way on: refused, as an enum value holding it is. (A
-      // pattern reaching it only through escapes or classes is not caught by this test.)
-      if (schema.contains("pattern") && schema.at("pattern").is_string()) {
-        const std::string p = schema.at("pattern").get<std::string>();
-        if (p.find("parameter>") != std::string::npos || p.find("</param") != std::string::npos)
-          fail("{}: the pattern spells \"</parameter>\", which a text value may not hold", path);
-      }
       v.kind = Value::Kind::Text;
       v.min = n.min;
       v.max = n.max;
@@ -69,8 +93,7 @@ class Compiler {
     for (const std::string& literal : n.literals) {
       const ojson decoded = ojson::parse(literal);
       if (!decoded.is_string()) fail("{}: the enum of a string parameter holds {}", path, literal);
-      const std::string s = decoded.get<std::string>();
-      if (s.find("</parameter>") != std::string::npos) fail("{}: an enum value holds \"</parameter>\"", path);
+      const std::string s = decoded.get<std::string>();  // refuse_fixed_close_tag: no "</parameter>"
       options.push_back({s + "\n</parameter>\n", next});
     }
     v.kind = Value::Kind::TextEnum;
@@ -97,6 +120,7 @@ class Compiler {
       t.extra = Value{};
       t.extra->close_choice = choice({{"</parameter>\n", {Outcome::Kind::Parameters, index, 0}}}, path);
     } else {
+      refuse_fixed_close_tag(params, path + ".parameters");
       const JsonGrammar::Node& root = json->nodes[size_t(json->root)];
       const ojson props = params.value("properties", ojson::object());
       size_t i = 0;

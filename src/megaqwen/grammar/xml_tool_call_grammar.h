@@ -19,8 +19,10 @@
 // A VALUE is what the server's tool-call parser will read back (server/tool_call_parser.h): for a
 // parameter declared `"type": "string"` the text itself (its enum, length bounds and pattern
 // honoured; it may not contain "</parameter>", which would end it early), for any other the JSON of
-// a value valid under its schema (JsonGrammar). A tool whose parameters JsonGrammar refuses, or
-// whose root is not an object schema, takes any keys with any text.
+// a value valid under its schema (JsonGrammar), again without "</parameter>" in its bytes (a string
+// writes that '/' as "\/"). A schema that fixes those bytes (an enum, const, property name or pattern
+// spelling the tag) is refused. A tool whose parameters JsonGrammar refuses, or whose root is not an
+// object schema, takes any keys with any text.
 #pragma once
 
 #include <nlohmann/json.hpp>

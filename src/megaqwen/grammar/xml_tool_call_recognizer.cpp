@@ -24,6 +24,15 @@ bool free_key_byte(uint8_t c) {
          c == '-';
 }
 
+// The parser ends a value at the first "</parameter>", so no value may hold one: `pos` counts the
+// bytes of it that the value's text ends with; false for the byte that would complete it. (A JSON
+// value can write its '/' as "\/" instead; a text value ends at a newline first.)
+bool follow_close_tag(uint16_t& pos, uint8_t byte) {
+  if (byte == uint8_t(kParameterClose[pos])) return ++pos < kParameterClose.size();
+  pos = byte == '<' ? 1 : 0;
+  return true;
+}
+
 // Text values are text: tabs and line breaks, no other control bytes.
 bool text_byte(uint8_t c) { return c >= 0x20 || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -236,6 +245,7 @@ void XmlToolCallRecognizer::feed(const Config& c, uint8_t byte, State& out) cons
         out.push_back(close);
       }
       Config next = c;
+      if (!follow_close_tag(next.pos, byte)) return;
       json_[c.tool].step(c.json, byte, next.json);
       if (!next.json.empty()) out.push_back(std::move(next));
       return;
@@ -271,12 +281,7 @@ void XmlToolCallRecognizer::feed_text(Config c, uint8_t byte, State& out) const 
     out.push_back(close);
   }
   if (!text_byte(byte) || c.count >= v.max) return;
-  // The parser ends the value at the first "</parameter>": the text may not hold one.
-  if (byte == uint8_t(kParameterClose[c.pos])) {
-    if (++c.pos == kParameterClose.size()) return;
-  } else {
-    c.pos = byte == '<' ? 1 : 0;
-  }
+  if (!follow_close_tag(c.pos, byte)) return;
   if (byte >= 0x80) {
     const Utf8Lead lead = utf8_lead(byte);
     if (!lead.more || (pattern && !pattern->allows_any(c.pattern, lead.lo, lead.hi))) return;

@@ -25,7 +25,7 @@ class XmlToolCallRecognizer {
   struct Config {
     enum Stage : uint8_t { Choice, FreeKey, Text, Json, Done } stage = Done;
     uint8_t utf8_more = 0;  // Text: continuation bytes still to come
-    uint16_t pos = 0;       // Choice, FreeKey: bytes matched; Text: bytes of "</parameter>" ending the text
+    uint16_t pos = 0;       // Choice, FreeKey: bytes matched; Text, Json: bytes of "</parameter>" ending the value
     uint32_t tool = 0;
     uint32_t param = 0;     // Text, Json: the parameter (params.size(): a free key's value); FreeKey: position
     uint32_t choice = 0, lo = 0, hi = 0;  // Choice: the candidate texts [lo, hi); FreeKey: the declared
