@@ -2,9 +2,9 @@
 // first NUL byte) and a reply (the bytes after it). XmlToolCallGrammar::from_tools must compile the
 // tools or throw megaqwen::Error; the recognizer then reads the reply, and whenever it calls a
 // prefix a whole call, the server's parser must read that call back as one of the tools with JSON
-// arguments. A walk that always takes the first allowed byte (bounded) must never reach a state with
-// no byte allowed before the call is whole. Any other exception, crash, sanitizer report or hang is a
-// finding.
+// arguments, and its reply parser must find that call's end (streamed or whole). A walk that always
+// takes the first allowed byte (bounded) must never reach a state with no byte allowed before the
+// call is whole. Any other exception, crash, sanitizer report or hang is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +19,7 @@
 
 #include "recognizer_walk.h"
 #include "megaqwen/grammar/xml_tool_call_recognizer.h"
+#include "megaqwen/server/reply_parser.h"
 #include "megaqwen/server/tool_call_parser.h"
 #include "megaqwen/util/error.h"
 
@@ -36,6 +37,27 @@ void must_parse(const std::string& call, const std::vector<ordered_json>& tools,
   if (!parsed || !known || !ordered_json::parse(parsed->arguments).is_object()) {
     std::fprintf(stderr, "the recognizer took a call the parser does not read back:\n%s\n", call.c_str());
     std::abort();
+  }
+  // The server's reply parser finds where the call ends, in one piece and byte by byte.
+  for (const bool by_byte : {false, true}) {
+    megaqwen::server::ReplyParser reply(false, tools, true);
+    const std::string text = "<tool_call>\n<function=" + call;
+    std::vector<megaqwen::server::ParsedToolCall> calls;
+    std::string content;
+    auto take = [&](const megaqwen::server::ReplyDelta& d) {
+      calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+      content += d.content;
+    };
+    if (by_byte)
+      for (char c : text) take(reply.feed(std::string_view(&c, 1)));
+    else
+      take(reply.feed(text));
+    take(reply.finish());
+    if (calls.size() != 1 || !content.empty() || calls[0].name != parsed->name ||
+        calls[0].arguments != parsed->arguments) {
+      std::fprintf(stderr, "the reply parser split the call differently:\n%s\n", call.c_str());
+      std::abort();
+    }
   }
 }
 

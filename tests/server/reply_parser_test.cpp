@@ -85,6 +85,22 @@ TEST(ReplyParser, MalformedOrUnfinishedToolCallStaysContent) {
                         {"", "x <tool_call>\n{\"name\": \"f\"", {}});
 }
 
+TEST(ReplyParser, AnArgumentMayHoldTheClosingTag) {
+  // Inside a JSON string (Qwen3) or a parameter's value (Qwen3.5) "</tool_call>" is the argument's text.
+  const std::string json = "<tool_call>\n{\"name\": \"say\", \"arguments\": {\"text\": \"a \\\"</tool_call>\"}}\n</tool_call>ok";
+  expect_same_both_ways(ReplyParser(false, {}, true), json, {"", "ok", {{"say", R"({"text":"a \"</tool_call>"})"}}});
+  const std::string xml =
+      "<tool_call>\n<function=say>\n<parameter=text>\n</tool_call>\n</parameter>\n<parameter=n>\n2\n</parameter>\n"
+      "</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+  expect_same_both_ways(ReplyParser(false, {}, true), xml,
+                        {"", "", {{"say", R"({"text":"</tool_call>","n":2})"}, {"now", "{}"}}});
+  // A string or value that never closes: at the end the call ends at its first tag, as text.
+  const std::string open = "<tool_call>\n{\"name\": \"f\", \"x\": \"</tool_call> b";
+  expect_same_both_ways(ReplyParser(false, {}, true), open, {"", open, {}});
+  const std::string open_xml = "<tool_call>\n<function=f>\n<parameter=x>\n</tool_call> b";
+  expect_same_both_ways(ReplyParser(false, {}, true), open_xml, {"", open_xml, {}});
+}
+
 TEST(ReplyParser, HoldsBackOnlyWhatCouldBeATag) {
   ReplyParser parser(false, {}, true);
   EXPECT_EQ(parser.feed("Hi <tool").content, "Hi ");  // "<tool" may begin <tool_call>

@@ -104,7 +104,9 @@ void ReplyParser::step(ReplyDelta& out, bool at_end) {
         return;
       }
       case State::ToolCall: {
-        size_t close = buffer_.find(kToolClose);
+        size_t close = find_tool_call_close(buffer_);
+        // At the end, a call whose strings or values never closed ends at its first tag as text.
+        if (close == std::string::npos && at_end) close = buffer_.find(kToolClose);
         if (close == std::string::npos) {
           if (!at_end) return;
           // Cut off inside a call (token budget): what there is stays visible as content.

@@ -110,6 +110,40 @@ std::optional<ParsedToolCall> parse_tool_call(std::string_view body, const std::
   return std::nullopt;
 }
 
+size_t find_tool_call_close(std::string_view text) {
+  constexpr std::string_view close = "</tool_call>", p_open = "<parameter=", p_close = "</parameter>";
+  constexpr size_t npos = std::string_view::npos;
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin != npos && text[begin] == '{') {
+    bool in_string = false, escaped = false;
+    for (size_t i = begin; i < text.size(); ++i) {
+      const char c = text[i];
+      if (escaped) {
+        escaped = false;
+      } else if (in_string) {
+        escaped = c == '\\';
+        in_string = c != '"';
+      } else if (c == '"') {
+        in_string = true;
+      } else if (text.substr(i).starts_with(close)) {
+        return i;
+      }
+    }
+    return npos;
+  }
+  if (begin != npos && text[begin] == '<') {
+    // A value runs from its "<parameter=" to the first "</parameter>" (parse_xml_call).
+    for (size_t from = begin;;) {
+      const size_t end = text.find(close, from), param = text.find(p_open, from);
+      if (end == npos || param == npos || end < param) return end;
+      const size_t value_end = text.find(p_close, param);
+      if (value_end == npos) return npos;
+      from = value_end + p_close.size();
+    }
+  }
+  return text.find(close);
+}
+
 std::string make_tool_call_id() {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};

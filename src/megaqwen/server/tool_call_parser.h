@@ -30,6 +30,12 @@ struct ParsedToolCall {
 std::optional<ParsedToolCall> parse_tool_call(std::string_view body,
                                               const std::vector<nlohmann::ordered_json>& tools = {});
 
+// Where the call that `text` (what follows "<tool_call>") begins ends: the first "</tool_call>" that
+// is not inside one of its JSON strings (the JSON form) or parameter values (the XML form), read as
+// parse_tool_call reads them, so an argument may hold the tag; npos while none has arrived. Each
+// answer depends only on the text up to the tag, so a reply streamed in pieces splits as a whole one.
+size_t find_tool_call_close(std::string_view text);
+
 // "call_" and 24 random letters and digits: the id OpenAI clients echo back in tool messages.
 std::string make_tool_call_id();
 
