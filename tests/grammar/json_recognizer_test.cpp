@@ -71,6 +71,11 @@ const ojson kFormats = ojson::parse(R"({"type": "object", "required": ["id", "co
                  "at": {"type": "string", "format": "date-time"}, "mail": {"type": "string", "format": "email"},
                  "free": {"type": "string", "pattern": "[^\"\\\\]z"}}})");
 
+// Found by fuzz_json_schema: a pattern asking for control characters, which JSON can only write as
+// \u escapes (once as the regex's escape, once as the character itself).
+const ojson kControl = ojson::parse(R"({"type": "object", "required": ["c", "d"], "properties": {
+  "c": {"type": "string", "pattern": "^a\\u0001(b|\\u0000)$"}, "d": {"type": "string", "pattern": "^\u001f+$"}}})");
+
 const ojson kOddKeys = ojson::parse(R"({"type": "object", "properties": {
   "a\"b": {"type": "string"}, "ü": {"type": "boolean"}, "": {"type": "null"}}, "required": ["a\"b", "ü", ""]})");
 
@@ -135,6 +140,13 @@ TEST(JsonRecognizer, RefusesWhatTheSchemaDoesNot) {
   const auto extra = grammar_of(kExtra);
   EXPECT_FALSE(accepts(extra, R"({"zz": "a", "id": 5})"));  // extra keys after the declared ones
   EXPECT_FALSE(accepts(extra, R"({"id": 5, "zz": "abcd"})"));
+  const auto control = grammar_of(kControl);
+  EXPECT_TRUE(accepts(control, R"({"c": "a\u0001b", "d": "\u001F"})"));
+  EXPECT_TRUE(accepts(control, R"({"c": "a\u0001\u0000", "d": "\u001f\u001f"})"));
+  for (const char* bad : {R"({"c": "a\u0002b", "d": "\u001f"})", R"({"c": "a\u0001bb", "d": "\u001f"})",
+                          R"({"c": "a\u0001b", "d": "\u0020"})", "{\"c\": \"a\x01b\", \"d\": \"\\u001f\"}"})
+    EXPECT_FALSE(accepts(control, bad)) << bad;
+  EXPECT_FALSE(allows_prefix(control, R"({"c": "a\u1)"));  // no character it could become is allowed
   const auto e = grammar_of(kEnum);
   for (const char* bad : {"2", "1234", "\"y\"", "false", "{\"k\": [2]}", "-0.50", "{\"k\":[1]} "})
     EXPECT_FALSE(accepts(e, bad)) << bad;
@@ -189,7 +201,7 @@ std::string random_walk(const std::shared_ptr<const JsonGrammar>& g, std::mt1993
 
 TEST(JsonRecognizer, RandomWalksNeverDeadEndAndAlwaysValidate) {
   std::mt19937_64 rng(20261121);
-  const std::vector<ojson> schemas = {kPerson, kTree, kAmbiguous, kEnum, kExtra, kOddKeys, kFormats,
+  const std::vector<ojson> schemas = {kPerson, kTree, kAmbiguous, kEnum, kExtra, kOddKeys, kFormats, kControl,
                                       ojson::parse(R"({"type": "object"})"), ojson::parse("{}")};
   for (const ojson& schema : schemas) {
     const auto g = grammar_of(schema);

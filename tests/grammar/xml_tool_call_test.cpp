@@ -162,6 +162,12 @@ TEST(XmlToolCall, RefusesWhatTheSchemaForbidsOrTheParserWouldMisread) {
   EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("n", "4") + end));
   EXPECT_TRUE(accepts(g, "book>\n" + param("day", "2024-03-15") + param("ref", "ab1") + param("da", "4") +
                              param("days", "5") + param("d", "6") + end));
+  // A pattern that asks for a control character gets it (text values otherwise refuse them).
+  const std::vector<ojson> control = {ojson::parse(R"({"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "required": ["a"], "properties": {"a": {"type": "string", "pattern": "^x\\u0001+$"}}}}})")};
+  const auto g_control = std::make_shared<const XmlToolCallGrammar>(XmlToolCallGrammar::from_tools(control, ""));
+  EXPECT_TRUE(accepts(g_control, "f>\n" + param("a", "x\x01\x01") + end));
+  EXPECT_FALSE(accepts(g_control, "f>\n" + param("a", "x\x02") + end));
   // A named tool: only its parameters.
   EXPECT_TRUE(accepts(grammar_of("run_code"), param("code", "x") + end));
   EXPECT_FALSE(accepts(grammar_of("run_code"), city + end));

@@ -106,10 +106,18 @@ int simple_escape(uint8_t c) {
   return -1;
 }
 
+// Whether some code point in [lo, hi] that a \u escape can stand for (no surrogates, see kStrHex)
+// is allowed.
+bool hex_escape_allowed(const StringPattern& p, uint64_t state, uint32_t lo, uint32_t hi) {
+  return (lo < 0xD800 && p.allows_any(state, lo, std::min<uint32_t>(hi, 0xD7FF))) ||
+         (hi > 0xDFFF && p.allows_any(state, std::max<uint32_t>(lo, 0xE000), hi));
+}
+
+// A control character can only be written escaped, so \u is one of the ways on.
 bool any_escape_allowed(const StringPattern& p, uint64_t state) {
   for (uint8_t c : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
     if (p.step(state, uint32_t(simple_escape(c)))) return true;
-  return false;
+  return hex_escape_allowed(p, state, 0, 0xFFFF);
 }
 
 }  // namespace
@@ -430,7 +438,7 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
             follow_declared(c);
           }
           if (c == 'u') {
-            if (pattern) return;  // a pattern's characters come as themselves (or simple escapes)
+            if (pattern && !hex_escape_allowed(*pattern, f.bits, 0, 0xFFFF)) return;
             f.phase = kStrHex;
             f.pos = 4;
             f.unused = 0;
@@ -454,7 +462,13 @@ void JsonRecognizer::feed(Thread t, uint8_t c, State& out) const {
           if (digit < 0) return;
           if (f.pos == 3 && f.unused == 0xD && digit >= 8) return;
           f.unused = f.unused * 16 + uint32_t(digit);
-          if (--f.pos == 0) {
+          --f.pos;
+          if (pattern) {  // each digit narrows the code point to a range some character of must be allowed
+            const uint32_t lo = f.unused << (4 * f.pos), hi = lo + (1u << (4 * f.pos)) - 1;
+            if (!hex_escape_allowed(*pattern, f.bits, lo, hi)) return;
+            if (f.pos == 0) f.bits = pattern->step(f.bits, f.unused);
+          }
+          if (f.pos == 0) {
             f.phase = kStrNormal;
             f.unused = 0;
           }

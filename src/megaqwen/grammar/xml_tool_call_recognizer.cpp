@@ -280,7 +280,8 @@ void XmlToolCallRecognizer::feed_text(Config c, uint8_t byte, State& out) const 
     close.hi = 1;
     out.push_back(close);
   }
-  if (!text_byte(byte) || c.count >= v.max) return;
+  // A pattern decides for itself (it may ask for a control character, which has no other way in).
+  if ((!pattern && !text_byte(byte)) || c.count >= v.max) return;
   if (!follow_close_tag(c.pos, byte)) return;
   if (byte >= 0x80) {
     const Utf8Lead lead = utf8_lead(byte);
