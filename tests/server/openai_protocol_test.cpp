@@ -237,6 +237,79 @@ TEST(OpenAiProtocol, CompletionPrompts) {
   }
 }
 
+TEST(OpenAiProtocol, TokenizeAndDetokenizeRequests) {
+  auto text = parse_tokenize_request({{"prompt", "Once upon"}}, limits(), false);
+  EXPECT_EQ(text.text, "Once upon");
+  EXPECT_FALSE(text.chat);
+  EXPECT_FALSE(text.token_strs);
+  auto llama = parse_tokenize_request({{"content", "x"}, {"add_special_tokens", true}}, limits(), false);
+  EXPECT_EQ(llama.text, "x");
+  auto empty = parse_tokenize_request({{"prompt", ""}}, limits(), false);  // counting nothing is fine here
+  EXPECT_EQ(empty.text, "");
+  auto chat = parse_tokenize_request(chat_body({{"return_token_strs", true}, {"add_generation_prompt", false}}),
+                                     limits(), false);
+  ASSERT_TRUE(chat.chat);
+  EXPECT_EQ(chat.chat->messages.size(), 1u);
+  EXPECT_TRUE(chat.token_strs);
+  EXPECT_FALSE(chat.add_generation_prompt);
+  EXPECT_TRUE(parse_tokenize_request(chat_body(), limits(), false).add_generation_prompt);
+
+  EXPECT_EQ(parse_detokenize_request({{"tokens", {0, 5, 999}}}, limits()), (std::vector<int32_t>{0, 5, 999}));
+  EXPECT_TRUE(parse_detokenize_request({{"tokens", ordered_json::array()}}, limits()).empty());
+
+  const std::vector<std::pair<ordered_json, std::string>> bad_tokenize = {
+      {ordered_json::object(), "prompt"},
+      {{{"prompt", 5}}, "prompt"},
+      {{{"content", {1, 2}}}, "content"},
+      {{{"prompt", "x"}, {"content", "y"}}, "prompt"},
+      {chat_body({{"prompt", "x"}}), "prompt"},
+      {{{"messages", "hi"}}, "messages"},
+      {{{"messages", ordered_json::array()}}, "messages"},
+      {{{"prompt", "x"}, {"return_token_strs", 1}}, "return_token_strs"},
+      {{{"prompt", "x"}, {"add_special_tokens", "no"}}, "add_special_tokens"},
+      {chat_body({{"add_generation_prompt", "yes"}}), "add_generation_prompt"},
+      {chat_body({{"tool_choice", "required"}}), "tool_choice"},
+      {{{"prompt", "x"}, {"model", "other"}}, "model"}};
+  for (const auto& [bad, field] : bad_tokenize) {
+    try {
+      parse_tokenize_request(bad, limits(), false);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bad.dump();
+      EXPECT_EQ(e.param().rfind(field, 0), 0u) << bad.dump() << ": param '" << e.param() << "', " << e.what();
+    }
+  }
+  const std::vector<ordered_json> bad_detokenize = {
+      ordered_json::object(), {{"tokens", 5}}, {{"tokens", {1, 1000}}}, {{"tokens", {-1}}},
+      {{"tokens", {1.5}}},    {{"tokens", {"a"}}}, {{"tokens", {ordered_json::array({1})}}},
+      {{"tokens", {uint64_t(1) << 63}}}};
+  for (const auto& bad : bad_detokenize) {
+    try {
+      parse_detokenize_request(bad, limits());
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bad.dump();
+      EXPECT_EQ(e.param(), "tokens") << bad.dump();
+    }
+  }
+  try {
+    parse_detokenize_request({{"tokens", {1}}, {"model", "other"}}, limits());
+    ADD_FAILURE() << "accepted another model";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "model");
+  }
+}
+
+TEST(OpenAiProtocol, TokenizeAndDetokenizeShapes) {
+  const std::vector<int32_t> ids = {7, 8};
+  EXPECT_EQ(json_text(tokenize_json(ids, 512, nullptr)),
+            R"({"count":2,"max_model_len":512,"tokens":[7,8],"token_strs":null})");
+  const std::vector<std::string> strs = {"a", "Ġb"};
+  EXPECT_EQ(json_text(tokenize_json(ids, 512, &strs)),
+            R"({"count":2,"max_model_len":512,"tokens":[7,8],"token_strs":["a","Ġb"]})");
+  EXPECT_EQ(json_text(detokenize_json("hi")), R"({"prompt":"hi","content":"hi"})");
+}
+
 TEST(OpenAiProtocol, BodyMustBeAJsonObject) {
   EXPECT_NO_THROW(parse_json_body(R"({"a": 1})"));
   for (std::string bad : {std::string("{bad"), std::string("[1, 2]"), std::string(""), std::string("\"x\""),

@@ -199,6 +199,47 @@ def test_completions_text_and_token_ids(client):
     assert streamed[-1].choices[0].finish_reason == ids.choices[0].finish_reason
 
 
+def test_tokenize_counts_what_the_endpoints_feed_the_model(server, client):
+    status, text = raw(server, "POST", "/tokenize", {"model": MODEL, "prompt": "Hello world<|im_end|>",
+                                                      "return_token_strs": True})
+    assert status == 200, text
+    assert text == {"count": 3, "max_model_len": 512, "tokens": [9707, 1879, 151645],
+                    "token_strs": ["Hello", "\u0120world", "<|im_end|>"]}
+    assert raw(server, "POST", "/tokenize", {"content": "Hello world"})[1]["tokens"] == [9707, 1879]  # llama.cpp
+    assert raw(server, "POST", "/detokenize", {"tokens": [9707, 1879, 151645]}) == \
+        (200, {"prompt": "Hello world<|im_end|>", "content": "Hello world<|im_end|>"})
+
+    # A chat counts exactly the prompt /v1/chat/completions feeds the model: with tools, with the
+    # thinking switch, with a forced call's opening.
+    for extra in [{}, {"tools": TOOLS}, {"tools": TOOLS, "tool_choice": "required"},
+                  {"chat_template_kwargs": {"enable_thinking": False}}]:
+        status, counted = raw(server, "POST", "/tokenize", {"model": MODEL, "messages": USER, **extra})
+        assert status == 200, counted
+        kwargs = {"extra_body": extra} if "chat_template_kwargs" in extra else extra
+        r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, **kwargs)
+        assert counted["count"] == len(counted["tokens"]) == r.usage.prompt_tokens, extra
+    whole = raw(server, "POST", "/tokenize", {"messages": USER})[1]["tokens"]
+    bare = raw(server, "POST", "/tokenize", {"messages": USER, "add_generation_prompt": False})[1]["tokens"]
+    assert whole[:len(bare)] == bare and len(whole) > len(bare)
+    status, chat_text = raw(server, "POST", "/detokenize", {"tokens": whole})
+    assert chat_text["prompt"].startswith("<|im_start|>user\n" + USER[0]["content"] + "<|im_end|>")
+    assert chat_text["prompt"].endswith("<|im_start|>assistant\n")
+
+    # Prompts too long to generate from are still counted; bad requests are 400s naming the field.
+    long_prompt = "hello" + " hello" * 999
+    assert raw(server, "POST", "/tokenize", {"prompt": long_prompt})[1]["count"] == 1000
+    assert_error(*raw(server, "POST", "/tokenize", {}), 400, param="prompt")
+    assert_error(*raw(server, "POST", "/tokenize", {"prompt": "x", "messages": USER}), 400, param="prompt")
+    assert_error(*raw(server, "POST", "/tokenize", {"messages": [{"role": "wizard", "content": "x"}]}), 400)
+    assert_error(*raw(server, "POST", "/detokenize", {"tokens": [1, 151669]}), 400, param="tokens")
+    assert_error(*raw(server, "POST", "/detokenize", {"tokens": "1 2"}), 400, param="tokens")
+    assert_error(*raw(server, "POST", "/detokenize", {"tokens": [1], "model": "other"}), 400, code="model_not_found")
+    assert_error(*raw(server, "POST", "/tokenize", {"prompt": "x"}, key=None), 401)
+    metrics = raw(server, "GET", "/metrics", key=None)[1]
+    assert metric(metrics, 'megaqwen_requests_total{endpoint="/tokenize",status="200"}') >= 8
+    assert metric(metrics, 'megaqwen_requests_total{endpoint="/detokenize",status="400"}') >= 3
+
+
 def test_stop_string_cuts_the_output(client):
     full = client.completions.create(model=MODEL, prompt="The", max_tokens=16, temperature=0).choices[0].text
     stop = full[len(full) // 2: len(full) // 2 + 3]

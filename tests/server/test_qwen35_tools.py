@@ -3,6 +3,7 @@ template), whose calls are XML: tool_choice "required" or a named function alway
 parsed call of one of the tools, its arguments valid under the tool's parameters, plain and streamed."""
 import json
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import openai
@@ -91,3 +92,20 @@ def test_tools_the_xml_cannot_carry_are_left_to_the_model(client):
     assert c.finish_reason in ("length", "stop", "tool_calls")
     if not c.message.tool_calls:
         assert c.message.content.startswith("<tool_call>\n<function=")
+
+
+def test_tokenize_counts_the_chat_prompt_with_tools_and_call_history(client):
+    # Qwen3.5's template takes a call's arguments as an object; clients send OpenAI's JSON string.
+    history = USER + [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    base = str(client.base_url).removesuffix("/v1/")
+    for extra in [{}, {"tool_choice": "required"}, {"tool_choice": {"type": "function", "function": {"name": "set_alarm"}}}]:
+        body = json.dumps({"model": MODEL, "messages": history, "tools": TOOLS, **extra}).encode()
+        request = urllib.request.Request(base + "/tokenize", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            counted = json.load(resp)
+        r = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=1, **extra)
+        assert counted["count"] == r.usage.prompt_tokens, extra
+        assert counted["max_model_len"] == 1024

@@ -48,6 +48,19 @@ TEST(Tokenizer, TokenBytesUndoTheByteMap) {
   EXPECT_EQ(tok.token_bytes(198), "\n");
 }
 
+TEST(Tokenizer, SpellingsAreTheVocabularys) {
+  const Tokenizer& tok = test::qwen3_tokenizer();
+  EXPECT_EQ(tok.token_spelling(279), "\xC4\xA0the");  // "Ġthe", as convert_ids_to_tokens gives it
+  EXPECT_EQ(tok.token_spelling(198), "\xC4\x8A");     // "Ċ"
+  EXPECT_EQ(tok.token_spelling(151645), "<|im_end|>");
+  EXPECT_EQ(tok.token_spelling(151667), "<think>");
+  // Every id spells a token that looks up to the same id: the spellings are vocab.json's keys and
+  // the added tokens' contents.
+  for (std::int32_t id = 0; id < tok.vocab_size(); ++id) ASSERT_EQ(tok.token_id(tok.token_spelling(id)), id) << id;
+  EXPECT_THROW(tok.token_spelling(151669), Error);
+  EXPECT_THROW(tok.token_spelling(-1), Error);
+}
+
 TEST(Tokenizer, SampledIdsPastTheVocabularyHaveNoText) {
   // The embedding has 151936 rows for 151669 tokens: a model can sample an id with no token.
   const Tokenizer& tok = test::qwen3_tokenizer();

@@ -100,7 +100,8 @@ class ClientWatch {
 
 // Metrics label of a path: the known routes, and "other" so unknown paths cannot grow the label set.
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"})
+  for (const char* known : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                            "/tokenize", "/detokenize"})
     if (path == known) return path;
   return "other";
 }
@@ -313,6 +314,26 @@ struct HttpServer::Impl {
                                         httplib::Response& res) { chat(req, body, res); });
     post("/v1/completions", [this](const httplib::Request& req, const std::string& body,
                                    httplib::Response& res) { complete(req, body, res); });
+    // vLLM's tokenizer endpoints (llama.cpp's have the same paths): run on the HTTP thread, not queued.
+    post("/tokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      tokenize(body, res);
+    });
+    post("/detokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+      const std::vector<int32_t> ids =
+          parse_detokenize_request(parse_json_body(body), served.limits);
+      send_json(res, 200, detokenize_json(served.tokenizer.decode(ids)));
+    });
+  }
+
+  void tokenize(const std::string& body, httplib::Response& res) {
+    const TokenizeRequest r = parse_tokenize_request(parse_json_body(body), served.limits,
+                                                     served.wants_argument_objects());
+    const std::vector<int32_t> tokens = r.chat ? chat_prompt_tokens(served, *r.chat, r.add_generation_prompt)
+                                               : served.tokenizer.encode(*r.text);
+    std::vector<std::string> spellings;
+    if (r.token_strs)
+      for (int32_t id : tokens) spellings.push_back(served.tokenizer.token_spelling(id));
+    send_json(res, 200, tokenize_json(tokens, served.limits.context_size, r.token_strs ? &spellings : nullptr));
   }
 
   // Runs a handler with the API key checked and every failure turned into an error response.

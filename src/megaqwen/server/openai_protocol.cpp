@@ -80,6 +80,20 @@ uint64_t fresh_seed() {
   return rng();
 }
 
+// An array of token ids, each valid for the model and its tokenizer.
+std::vector<int32_t> token_ids(const ordered_json& array, const ModelLimits& model, const std::string& path) {
+  std::vector<int32_t> ids;
+  ids.reserve(array.size());
+  for (const auto& id : array) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size ||
+        (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(INT32_MAX)))
+      throw invalid_request(fmt::format("'{}' token ids must be integers from 0 to {}", path, model.vocab_size - 1),
+                            path);
+    ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  return ids;
+}
+
 void check_model(const ordered_json& body, const ModelLimits& model) {
   std::optional<std::string> name = string_field(body, "model", "model");
   if (name && *name != model.id)
@@ -408,19 +422,50 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Model
     r.prompt_text = one->get<std::string>();
     if (r.prompt_text->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
   } else if (one->is_array() && !one->empty()) {
-    for (const auto& id : *one) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size ||
-          (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(INT32_MAX)))
-        throw invalid_request(
-            fmt::format("'prompt' token ids must be integers from 0 to {}", model.vocab_size - 1), "prompt");
-      r.prompt_ids.push_back(int32_t(id.get<int64_t>()));
-    }
+    r.prompt_ids = token_ids(*one, model, "prompt");
   } else {
     throw invalid_request("'prompt' must be a non-empty string or array of token ids (batches are not supported)",
                           "prompt");
   }
   return r;
 }
+
+TokenizeRequest parse_tokenize_request(const ordered_json& body, const ModelLimits& model,
+                                       bool tool_arguments_as_objects) {
+  check_model(body, model);
+  TokenizeRequest r;
+  r.token_strs = bool_field(body, "return_token_strs", "return_token_strs").value_or(false);
+  r.add_generation_prompt = bool_field(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
+  // Qwen's tokenizers add no BOS or EOS, so add_special_tokens changes nothing; its type is still checked.
+  bool_field(body, "add_special_tokens", "add_special_tokens");
+  std::optional<std::string> prompt = string_field(body, "prompt", "prompt");
+  std::optional<std::string> content = string_field(body, "content", "content");
+  const bool chat = field(body, "messages") != nullptr;
+  const int given = int(prompt.has_value()) + int(content.has_value()) + int(chat);
+  if (given == 0) throw invalid_request("'prompt' (a text) or 'messages' (a chat) is required", "prompt");
+  if (given > 1)
+    throw invalid_request("give one of 'prompt', 'content' (llama.cpp's name for it) and 'messages'", "prompt");
+  if (chat) r.chat = parse_chat_completion_request(body, model, tool_arguments_as_objects);
+  else r.text = prompt ? std::move(prompt) : std::move(content);
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const ordered_json& body, const ModelLimits& model) {
+  check_model(body, model);
+  const ordered_json* tokens = array_field(body, "tokens", "tokens");
+  if (!tokens) throw invalid_request("'tokens' (an array of token ids) is required", "tokens");
+  return token_ids(*tokens, model, "tokens");
+}
+
+ordered_json tokenize_json(std::span<const int32_t> tokens, int context_size,
+                           const std::vector<std::string>* token_strs) {
+  ordered_json j = {{"count", tokens.size()}, {"max_model_len", context_size},
+                    {"tokens", std::vector<int32_t>(tokens.begin(), tokens.end())}};
+  j["token_strs"] = token_strs ? ordered_json(*token_strs) : ordered_json(nullptr);
+  return j;
+}
+
+ordered_json detokenize_json(const std::string& text) { return {{"prompt", text}, {"content", text}}; }
 
 ordered_json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},

@@ -78,6 +78,21 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
                                                     bool tool_arguments_as_objects);
 CompletionRequest parse_completion_request(const ordered_json& body, const ModelLimits& model);
 
+// POST /tokenize, in vLLM's shape: a text ("prompt", or llama.cpp's "content") or a chat ("messages"
+// and the rest of a chat completion request: tools, tool_choice, chat_template_kwargs). A chat counts
+// the tokens /v1/chat/completions would feed the model; add_generation_prompt false stops after the
+// last message.
+struct TokenizeRequest {
+  std::optional<std::string> text;
+  std::optional<ChatCompletionRequest> chat;
+  bool add_generation_prompt = true;
+  bool token_strs = false;  // return_token_strs: each token as the vocabulary spells it
+};
+TokenizeRequest parse_tokenize_request(const ordered_json& body, const ModelLimits& model,
+                                       bool tool_arguments_as_objects);
+// POST /detokenize: {"tokens": [ids]}.
+std::vector<int32_t> parse_detokenize_request(const ordered_json& body, const ModelLimits& model);
+
 // ---- responses ----
 
 struct Usage {
@@ -142,6 +157,13 @@ ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& t
 // GET /v1/models: the served model, with vLLM's max_model_len (the server's context: prompt and
 // reply together), which clients such as Open WebUI read.
 ordered_json models_json(const std::string& model_id, int64_t created, int context_size);
+
+// /tokenize's answer: {"count", "max_model_len", "tokens", "token_strs"} (null unless asked for);
+// llama.cpp's clients read "tokens" from it too.
+ordered_json tokenize_json(std::span<const int32_t> tokens, int context_size,
+                           const std::vector<std::string>* token_strs);
+// /detokenize's answer: the text as vLLM ("prompt") and llama.cpp ("content") name it.
+ordered_json detokenize_json(const std::string& text);
 
 // Compact JSON text; invalid UTF-8 in strings (a model can emit any bytes) becomes U+FFFD.
 std::string json_text(const ordered_json& j);

@@ -99,20 +99,25 @@ ServedModel ServedModel::load(std::shared_ptr<const Model> model, int context_si
 
 bool ServedModel::wants_argument_objects() const { return is_qwen35(*this); }
 
-ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& r) {
+namespace {
+
+std::string render_chat(const ServedModel& served, const ChatCompletionRequest& r, bool add_generation_prompt) {
   if (!served.chat_template)
     throw invalid_request("this model folder has no chat template; use /v1/completions", "messages");
-  nlohmann::ordered_json request = {{"messages", r.messages}, {"add_generation_prompt", true}};
+  nlohmann::ordered_json request = {{"messages", r.messages}, {"add_generation_prompt", add_generation_prompt}};
   // tool_choice "none" hides the tools, so the model has nothing to call.
   if (r.tool_choice != ToolChoice::None) request["tools"] = r.tools;
   if (r.enable_thinking) request["enable_thinking"] = *r.enable_thinking;
-  std::string text;
   try {
-    text = served.chat_template->render(request);
+    return served.chat_template->render(request);
   } catch (const Error& e) {
     throw invalid_request(e.what(), "messages");
   }
+}
 
+// The chat prompt without the context check (/tokenize counts prompts of any length).
+ChatPrompt render_chat_prompt(const ServedModel& served, const ChatCompletionRequest& r) {
+  std::string text = render_chat(served, r, true);
   ChatPrompt prompt;
   const std::string opening = served.chat_template->generation_prompt(r.enable_thinking);
   const size_t open = opening.rfind("<think>");
@@ -141,8 +146,21 @@ ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequ
     text += prompt.forced_prefix;
   }
   prompt.tokens = served.tokenizer.encode(text);
+  return prompt;
+}
+
+}  // namespace
+
+ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& r) {
+  ChatPrompt prompt = render_chat_prompt(served, r);
   check_fits(served, prompt.tokens.size());
   return prompt;
+}
+
+std::vector<int32_t> chat_prompt_tokens(const ServedModel& served, const ChatCompletionRequest& r,
+                                        bool add_generation_prompt) {
+  if (add_generation_prompt) return render_chat_prompt(served, r).tokens;
+  return served.tokenizer.encode(render_chat(served, r, false));
 }
 
 std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& r) {

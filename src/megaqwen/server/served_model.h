@@ -47,6 +47,10 @@ struct ChatPrompt {
 };
 // 400 when the template refuses the messages or the prompt leaves no room to generate.
 ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
+// What /tokenize counts for a chat: build_chat_prompt's tokens (add_generation_prompt), or the
+// conversation alone; no context check.
+std::vector<int32_t> chat_prompt_tokens(const ServedModel& served, const ChatCompletionRequest& request,
+                                        bool add_generation_prompt);
 std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& request);
 
 // The GenerationRequest both endpoints hand to the scheduler. `chat`: the chat prompt's thinking,

@@ -198,6 +198,11 @@ std::string_view Tokenizer::sampled_bytes(std::int32_t id) const noexcept {
   }
 }
 
+std::string Tokenizer::token_spelling(std::int32_t id) const {
+  const std::string_view bytes = token_bytes(id);
+  return is_added(id) ? std::string(bytes) : byte_level::spell(bytes);
+}
+
 std::optional<std::int32_t> Tokenizer::token_id(std::string_view token) const {
   const auto it = impl_->ids.find(token);
   if (it == impl_->ids.end()) return std::nullopt;

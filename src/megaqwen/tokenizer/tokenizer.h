@@ -41,6 +41,9 @@ class Tokenizer {
   // As token_bytes, but empty for an id with no token instead of an error: models pad their
   // embedding past the vocabulary (Qwen3: 151936 rows for 151669 tokens) and may sample such ids.
   std::string_view sampled_bytes(std::int32_t id) const noexcept;
+  // The token as the vocabulary spells it (HF's convert_ids_to_tokens: "Ġthe", "<|im_end|>");
+  // throws Error like decode.
+  std::string token_spelling(std::int32_t id) const;
   // Exact lookup of a token as spelled in the vocabulary (byte-level form, e.g. "Ġthe") or of an
   // added token's content (e.g. "<|im_end|>"); added tokens win, as in HF's token_to_id.
   std::optional<std::int32_t> token_id(std::string_view token) const;
