@@ -1,5 +1,5 @@
-// libFuzzer target: arbitrary bytes as the body of a /v1/chat/completions and a /v1/completions
-// request. Parsing must either return a request within the documented ranges or throw ApiError (a
+// libFuzzer target: arbitrary bytes as the body of a /v1/chat/completions, /v1/completions,
+// /tokenize and /detokenize request. Parsing must either return a request within the documented ranges or throw ApiError (a
 // 4xx the client sees); any other exception, crash, sanitizer report, leak or hang is a finding.
 // The accepted requests' JSON replies are built too (invalid UTF-8 in echoed strings included).
 #include <cstddef>
@@ -66,6 +66,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.options.prompt_logprobs && !(r.echo && r.options.logprobs)) std::abort();
     ResponseHeader h{"cmpl-fuzz", 0, "fuzz"};
     (void)json_text(completion_json(h, r.prompt_text.value_or(""), "stop", {1, 1, 0}));
+  } catch (const ApiError& e) {
+    if (e.status() != 400) std::abort();
+  }
+  try {
+    const TokenizeRequest r = parse_tokenize_request(body, limits(), true);
+    if (r.text.has_value() == r.chat.has_value()) std::abort();
+    if (r.chat && r.chat->messages.empty()) std::abort();
+    (void)json_text(tokenize_json({}, limits().context_size, nullptr));
+  } catch (const ApiError& e) {
+    if (e.status() != 400) std::abort();
+  }
+  try {
+    for (int32_t id : parse_detokenize_request(body, limits()))
+      if (id < 0 || id >= limits().vocab_size) std::abort();
   } catch (const ApiError& e) {
     if (e.status() != 400) std::abort();
   }
