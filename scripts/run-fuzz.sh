@@ -14,7 +14,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # The fuzz targets are host-only parsers: CMAKE_CUDA_COMPILER= keeps CUDA (nvcc) out of this build.
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGAQWEN_FUZZ=ON \
   -DMEGAQWEN_TESTS=OFF -DCMAKE_CUDA_COMPILER= -DMEGAQWEN_FUZZ_SECONDS="$seconds" "${launcher[@]}" >/dev/null
-targets=(fuzz_safetensors_header fuzz_config fuzz_openai_request fuzz_json_schema fuzz_tool_call fuzz_state_file)
+targets=(fuzz_safetensors_header fuzz_config fuzz_openai_request fuzz_json_schema fuzz_tool_call fuzz_chat_prompt fuzz_state_file)
 [ -f fuzz/fuzz_tokenizer.cpp ] && targets+=(fuzz_tokenizer)
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 ctest --test-dir "$build/fuzz" -L fuzz --output-on-failure "$@"
