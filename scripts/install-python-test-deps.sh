@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Python packages the server tests use (tests/server/*.py): the official openai client,
-# pytest, and websockets (the DevTools client that drives headless Chromium). Quiet and idempotent.
+# pytest, websockets (the DevTools client that drives headless Chromium), and jinja2 (the chat
+# templates rendered by Jinja itself, against megaqwen's, tests/chat). Quiet and idempotent.
 # Works with a pyenv/venv Python and with Debian's system Python (which needs python3-pip and, being
 # "externally managed" under PEP 668, --break-system-packages for user-level test tools).
 set -euo pipefail
-packages=(openai pytest websockets)
-if python3 -c "import openai, pytest, websockets" 2>/dev/null; then
+packages=(openai pytest websockets jinja2)
+if python3 -c "import openai, pytest, websockets, jinja2" 2>/dev/null; then
   exit 0
 fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
