@@ -52,12 +52,14 @@ std::string shell_quote(const std::string& s) {
 // Per process: ctest runs each case in its own process, possibly in parallel.
 fs::path work_dir() { return fs::path(testing::TempDir()) / ("megaqwen_cli_bad_input_" + std::to_string(::getpid())); }
 
-// Runs the binary with `args` under a 60 s timeout (a hang is killed: status 137, signal 9).
-RunResult run(const std::vector<std::string>& args) {
+// Runs the binary with `args` under a 60 s timeout (a hang is killed: status 137, signal 9); stdin
+// holds `input`.
+RunResult run(const std::vector<std::string>& args, const std::string& input = "") {
   std::string command = "timeout -s KILL 60 " + shell_quote(test::megaqwen_binary());
   for (const auto& a : args) command.append(" ").append(shell_quote(a));
-  const fs::path out = work_dir() / "stdout.txt", err = work_dir() / "stderr.txt";
-  command += " </dev/null >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string());
+  const fs::path in = work_dir() / "stdin.txt", out = work_dir() / "stdout.txt", err = work_dir() / "stderr.txt";
+  write_file(in, input);
+  command += " <" + shell_quote(in.string()) + " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string());
   const int raw = std::system(command.c_str());
   RunResult r;
   if (WIFEXITED(raw)) {
@@ -78,9 +80,10 @@ std::string describe(const std::vector<std::string>& args) {
 }
 
 // The contract: status 1, one stderr line "megaqwen: error: ..." holding every expected part.
-void expect_one_error_line(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
+void expect_one_error_line(const std::vector<std::string>& args, const std::vector<std::string>& parts,
+                           const std::string& input = "") {
   SCOPED_TRACE(describe(args));
-  const RunResult r = run(args);
+  const RunResult r = run(args, input);
   EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\nstderr: " << r.err;
   EXPECT_NE(r.status, 124) << "timed out";
   EXPECT_EQ(r.status, 1) << "stderr: " << r.err;
@@ -583,6 +586,28 @@ TEST_F(CliBadInput, BadTokenIds) {
   expect_one_error_line(generate(model(), {"--file", (work_dir() / "missing.txt").string()}), {"cannot read", "missing.txt"});
   // Text needs a tokenizer, which this folder does not have.
   expect_one_error_line(generate(model(), {"--prompt", "hello"}), {"has no tokenizer", "give --ids instead"});
+}
+
+// tokenize --jsonl: one JSON string per line to one array of ids per line, and back with --decode
+// (the ids are the Qwen3 tokenizer's, as HF gives them).
+TEST_F(CliBadInput, TokenizeJsonLines) {
+  const std::string tokenizer = (test::shared_dir() / "models/qwen3-0.6b").string();
+  RunResult r = run({"tokenize", "--model", tokenizer, "--jsonl"},
+                    "\"Hello world\"\n\"<|im_start|>user\\nHi<|im_end|>\"\n\"\"\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "[9707,1879]\n[151644,872,198,13048,151645]\n[]\n");
+  r = run({"tokenize", "--model", tokenizer, "--jsonl", "--decode"}, "[9707,1879]\n[]\n[151645]\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\"Hello world\"\n\"\"\n\"<|im_end|>\"\n");
+
+  const std::vector<std::string> encode = {"tokenize", "--model", tokenizer, "--jsonl"};
+  expect_one_error_line(encode, {"line 2 is not JSON"}, "\"a\"\nnope\n");
+  expect_one_error_line(encode, {"line 1 is not a JSON string"}, "[1, 2]\n");
+  std::vector<std::string> decode = encode;
+  decode.push_back("--decode");
+  expect_one_error_line(decode, {"line 1 is not an array of token ids"}, "\"text\"\n");
+  expect_one_error_line(decode, {"line 2 holds \"x\", which is not a token id"}, "[1]\n[1, \"x\"]\n");
+  expect_one_error_line(decode, {"200000"}, "[200000]\n");
 }
 
 TEST_F(CliBadInput, PromptLongerThanContext) {
