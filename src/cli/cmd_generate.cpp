@@ -28,6 +28,7 @@ struct GenerateArgs {
   std::string prompt, prompt_file, ids;
   int max_tokens = 128;
   std::vector<std::string> stops;
+  std::vector<std::string> logit_biases;  // llama.cpp's TOKEN_ID+BIAS / TOKEN_ID-BIAS
   bool print_ids = false, ignore_eos = false;
   std::optional<int> logprobs;
   std::string json_schema;  // JSON text, or @FILE
@@ -119,6 +120,7 @@ void run_generate(const GenerateArgs& a) {
   req.sampling = a.sampling.resolve(defaults.sampling);
   req.max_tokens = a.max_tokens;
   req.stop_strings = a.stops;
+  for (const std::string& spec : a.logit_biases) req.logit_bias.push_back(parse_logit_bias(spec, model->config.vocab_size));
   req.logprobs = a.logprobs;
   if (!a.ignore_eos) req.eos_ids = stop_token_ids(model->config, defaults, tokenizer ? &*tokenizer : nullptr);
   if (!a.json_schema.empty() || a.json_object) {
@@ -168,6 +170,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--ids", a->ids, "Prompt as token ids, e.g. \"151644 872 198\"");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
+  cmd->add_option("--logit-bias", a->logit_biases,
+                  "Add to a token's logit before every draw: TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1, "
+                  "15043-inf to ban it (repeatable)");
   cmd->add_flag("--print-ids", a->print_ids, "Print token ids instead of text");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");
   cmd->add_option("--logprobs", a->logprobs,

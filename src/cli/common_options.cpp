@@ -1,6 +1,7 @@
 #include "cli/common_options.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -90,6 +91,32 @@ std::vector<int32_t> parse_token_ids(const std::string& text) {
     i = j;
   }
   return ids;
+}
+
+LogitBias parse_logit_bias(const std::string& spec, int32_t vocab_size) {
+  const size_t sign = spec.find_first_of("+-");
+  const auto malformed = [&] {
+    fail("--logit-bias '{}' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf)", spec);
+  };
+  if (sign == 0 || sign == std::string::npos || sign + 1 == spec.size()) malformed();
+  const std::string id_text = spec.substr(0, sign), bias_text = spec.substr(sign + 1);
+  if (id_text.find_first_not_of("0123456789") != std::string::npos || id_text.size() > 10) malformed();
+  const long long id = std::stoll(id_text);
+  if (id >= vocab_size) fail("--logit-bias '{}': token id {} is out of range (vocabulary size {})", spec, id, vocab_size);
+  float bias = 0;
+  if (bias_text == "inf") {
+    if (spec[sign] == '+') fail("--logit-bias '{}': only -inf (a ban) is infinite; give a finite bias to favour a token", spec);
+    bias = std::numeric_limits<float>::infinity();
+  } else {
+    char* end = nullptr;
+    errno = 0;
+    bias = std::strtof(bias_text.c_str(), &end);
+    // Digits and a point only: strtof would also take "nan", "inf" spelled otherwise, hex and exponents.
+    if (end != bias_text.c_str() + bias_text.size() || errno == ERANGE || !std::isfinite(bias) ||
+        bias_text.find_first_not_of("0123456789.") != std::string::npos)
+      malformed();
+  }
+  return {int32_t(id), spec[sign] == '-' ? -bias : bias};
 }
 
 }  // namespace megaqwen::cli

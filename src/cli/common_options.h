@@ -40,4 +40,8 @@ std::optional<Tokenizer> load_model_tokenizer(const std::filesystem::path& dir, 
 // "1 2 3" or "1,2,3" -> ids; Error on anything that is not an integer.
 std::vector<int32_t> parse_token_ids(const std::string& text);
 
+// llama.cpp's --logit-bias form: TOKEN_ID+BIAS or TOKEN_ID-BIAS ("15043+1", "15043-inf" bans the
+// token); Error naming the spec that is malformed or whose id is not below `vocab_size`.
+LogitBias parse_logit_bias(const std::string& spec, int32_t vocab_size);
+
 }  // namespace megaqwen::cli

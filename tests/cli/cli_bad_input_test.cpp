@@ -173,6 +173,25 @@ TEST_F(CliBadInput, GoodModelGeneratesIdsWithoutATokenizer) {
   EXPECT_EQ(run({"info", "-m", model().string()}).status, 0);
 }
 
+// generate --logit-bias: a ban moves the greedy choice off the token, a large bias forces one.
+TEST_F(CliBadInput, GenerateLogitBias) {
+  const auto first_id = [](const std::string& out) { return std::stol(out.substr(out.find_first_not_of(" \n"))); };
+  const RunResult plain = run(generate(model(), {"--ids", "1 2 3", "--greedy"}));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const long top = first_id(plain.out);
+  const RunResult banned = run(generate(model(), {"--ids", "1 2 3", "--greedy", "--logit-bias", std::to_string(top) + "-inf"}));
+  ASSERT_EQ(banned.status, 0) << banned.err;
+  EXPECT_NE(first_id(banned.out), top) << banned.out;
+  const RunResult forced = run(generate(model(), {"--ids", "1 2 3", "--temp", "1", "--logit-bias", "77+1000",
+                                                  "--logit-bias", "78+500"}));
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  EXPECT_EQ(forced.out.substr(forced.out.find_first_not_of(" \n")).substr(0, 5), "77 77") << forced.out;
+  for (const char* bad : {"77", "x+1", "77+", "+1", "77+inf", "77+1e3", "77*2"})
+    expect_one_error_line(generate(model(), {"--ids", "1", "--logit-bias", bad}), {"--logit-bias", bad});
+  expect_one_error_line(generate(model(), {"--ids", "1", "--logit-bias", "151936-1"}),
+                        {"token id 151936 is out of range (vocabulary size 151936)"});
+}
+
 // generate --logprobs: after the ids, one stderr line per generated token (index, its log-probability,
 // then the N best of its position, best first); greedy tokens are their position's best. Out of range: one error line.
 TEST_F(CliBadInput, GenerateLogprobsPrintsEveryTokensScore) {

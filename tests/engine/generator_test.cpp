@@ -331,6 +331,34 @@ TEST(Generator, AConstraintMasksEveryDrawOnTheHost) {
   EXPECT_EQ(g.run(eos).finish, FinishReason::Eos);
 }
 
+TEST(Generator, LogitBiasShiftsEveryDrawOnTheHost) {
+  ScriptedEngine engine(100, 64);
+  engine.device_runs = engine.device_logprobs = true;  // a device path it must not take
+  Generator g(engine);
+  auto req = greedy({2}, 3);
+  // After 2 the scripted argmax is 3 (logit 10, the rest 0): 3 falls to -90, so 5 (at 5) wins; after
+  // 5 the argmax 6 falls to -10, so 5 again.
+  req.logit_bias = {{3, -100.0f}, {5, 5.0f}, {6, -20.0f}};
+  req.logprobs = 0;
+  auto r = g.run(req);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{5, 5, 5}));
+  EXPECT_EQ(engine.device_calls, 0);
+  // Log-probabilities score the model's logits, without the bias.
+  ASSERT_EQ(r.logprobs.size(), 3u);
+  for (const auto& lp : r.logprobs) EXPECT_NEAR(lp.logprob, scripted_logprob(100, false), 1e-6);
+  // A bias past the top logit forces a token, whatever the temperature and seed.
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    GenerationRequest forced = greedy({2}, 4);
+    forced.sampling.temperature = 1.0f;
+    forced.sampling.seed = seed;
+    forced.logit_bias = {{9, 100.0f}};
+    EXPECT_EQ(g.run(forced).tokens, (std::vector<int32_t>{9, 9, 9, 9})) << "seed " << seed;
+  }
+  // Without a bias the same request runs on the device.
+  EXPECT_EQ(g.run(greedy({2}, 3)).tokens, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(engine.device_calls, 1);
+}
+
 TEST(Generator, LogprobsEndAtEosAndRefuseBadCounts) {
   ScriptedEngine engine(100, 64);
   engine.next_[7] = 3;

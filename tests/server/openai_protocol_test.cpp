@@ -237,6 +237,29 @@ TEST(OpenAiProtocol, CompletionPrompts) {
   }
 }
 
+TEST(OpenAiProtocol, LogitBias) {
+  auto r = parse_chat_completion_request(chat_body({{"logit_bias", {{"5", -100}, {"999", 2.5}, {"0", 100}}}}),
+                                         limits(), false);
+  ASSERT_EQ(r.options.logit_bias.size(), 3u);
+  EXPECT_EQ(r.options.logit_bias[0].token, 5);
+  EXPECT_EQ(r.options.logit_bias[0].bias, -100.0f);
+  EXPECT_EQ(r.options.logit_bias[1].token, 999);
+  EXPECT_EQ(r.options.logit_bias[1].bias, 2.5f);
+  auto c = parse_completion_request({{"prompt", "x"}, {"logit_bias", {{"7", 1}}}}, limits());
+  ASSERT_EQ(c.options.logit_bias.size(), 1u);
+  EXPECT_TRUE(parse_chat_completion_request(chat_body({{"logit_bias", nullptr}}), limits(), false)
+                  .options.logit_bias.empty());
+  for (const ordered_json& bad : {ordered_json(5), ordered_json({1, 2}), ordered_json({{"1000", 1}}),
+                                  ordered_json({{"-1", 1}}), ordered_json({{"x", 1}}), ordered_json({{"", 1}}),
+                                  ordered_json({{"1.5", 1}}), ordered_json({{"99999999999", 1}}),
+                                  ordered_json({{"1", 101}}), ordered_json({{"1", -100.5}}),
+                                  ordered_json({{"1", "5"}}), ordered_json({{"1", nullptr}})}) {
+    const auto [status, param] = chat_error(chat_body({{"logit_bias", bad}}));
+    EXPECT_EQ(status, 400) << bad.dump();
+    EXPECT_EQ(param.rfind("logit_bias", 0), 0u) << bad.dump() << ": " << param;
+  }
+}
+
 TEST(OpenAiProtocol, TokenizeAndDetokenizeRequests) {
   auto text = parse_tokenize_request({{"prompt", "Once upon"}}, limits(), false);
   EXPECT_EQ(text.text, "Once upon");

@@ -240,6 +240,24 @@ def test_tokenize_counts_what_the_endpoints_feed_the_model(server, client):
     assert metric(metrics, 'megaqwen_requests_total{endpoint="/detokenize",status="400"}') >= 3
 
 
+def test_logit_bias_forces_and_bans_tokens(server, client):
+    forced = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0.8, seed=1,
+                                       logit_bias={"1879": 100}, logprobs=0)
+    assert forced.choices[0].text == " world" * 5
+    assert forced.usage.completion_tokens == 5
+    plain = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=6, temperature=0, logprobs=True)
+    first = plain.choices[0].logprobs.content[0]
+    first_id = raw(server, "POST", "/tokenize", {"prompt": first.token})[1]["tokens"]
+    assert len(first_id) == 1
+    banned = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=6, temperature=0, logprobs=True,
+                                            logit_bias={str(first_id[0]): -100})
+    assert banned.choices[0].logprobs.content[0].token != first.token
+    for value, param in [({"abc": 1}, "logit_bias"), ({"1": 101}, "logit_bias.1"), ([1], "logit_bias"),
+                         ({"999999": 1}, "logit_bias")]:
+        assert_error(*raw(server, "POST", "/v1/chat/completions", {"messages": USER, "logit_bias": value}), 400,
+                     param=param)
+
+
 def test_stop_string_cuts_the_output(client):
     full = client.completions.create(model=MODEL, prompt="The", max_tokens=16, temperature=0).choices[0].text
     stop = full[len(full) // 2: len(full) // 2 + 3]

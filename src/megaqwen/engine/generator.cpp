@@ -179,9 +179,12 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   // logits copied to the host and scored here.
   const int device_logprobs = req.logprobs ? top : kNoLogprobs;
   OutputConstraint* constraint = req.constraint.get();
-  bool device_sampling = false, device_runs = constraint == nullptr;
+  const bool host_draws = constraint != nullptr || !req.logit_bias.empty();
+  bool device_sampling = false, device_runs = !host_draws;
   auto host_sample = [&]() -> int32_t {
     if (req.logprobs) raw_logits = logits;
+    for (const LogitBias& b : req.logit_bias)
+      if (b.token >= 0 && size_t(b.token) < logits.size()) logits[size_t(b.token)] += b.bias;
     if (constraint) constraint->mask(logits);
     const int32_t drawn = sampler.sample(logits, history);
     if (constraint) constraint->accept(drawn);
@@ -197,7 +200,7 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
   bool go = req.max_tokens > 0;
   if (go) {
     std::optional<DeviceDraw> first =
-        constraint ? std::nullopt : engine_.sample_on_device(req.sampling, history, device_logprobs);
+        host_draws ? std::nullopt : engine_.sample_on_device(req.sampling, history, device_logprobs);
     device_sampling = first.has_value();
     if (!first) first = DeviceDraw{host_sample(), std::nullopt};
     token = first->token;

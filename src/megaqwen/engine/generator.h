@@ -39,6 +39,10 @@ struct GenerationRequest {
   // logits on the host, so decode runs per step there (no device sampling, no megakernel runs).
   // Log-probabilities still score the unmasked logits.
   std::shared_ptr<OutputConstraint> constraint;
+  // Added to these tokens' logits before every draw (OpenAI's logit_bias), ahead of the penalties
+  // and the constraint. Drawn on the host like a constraint; log-probabilities score the logits
+  // without it.
+  std::vector<LogitBias> logit_bias;
 };
 
 struct GenerationResult {

@@ -26,6 +26,12 @@ struct SamplingParams {
   void validate() const;  // throws Error naming the bad field
 };
 
+// A fixed amount added to one token's logit before sampling (OpenAI's logit_bias).
+struct LogitBias {
+  int32_t token;
+  float bias;
+};
+
 // Sampling defaults and stop ids from a model folder's generation_config.json (absent file: Qwen's
 // thinking-mode defaults are NOT assumed; plain temperature 1 sampling).
 struct GenerationDefaults {

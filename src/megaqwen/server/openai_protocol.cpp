@@ -16,6 +16,7 @@ namespace {
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxMessages = 100000;
 constexpr size_t kMaxTools = 256;
+constexpr size_t kMaxLogitBias = 4096;
 constexpr int kMaxTokensLimit = 1 << 30;
 
 // ---- typed field access: null counts as absent; anything else must have the right type and range ----
@@ -193,6 +194,27 @@ GenerationOptions parse_generation_options(const ordered_json& body, const Model
   o.stream = bool_field(body, "stream", "stream").value_or(false);
   if (const ordered_json* so = object_field(body, "stream_options", "stream_options"))
     o.include_usage = bool_field(*so, "include_usage", "stream_options.include_usage").value_or(false);
+
+  if (const ordered_json* bias = object_field(body, "logit_bias", "logit_bias")) {
+    if (bias->size() > kMaxLogitBias)
+      throw invalid_request(fmt::format("'logit_bias' takes at most {} tokens", kMaxLogitBias), "logit_bias");
+    for (const auto& [key, value] : bias->items()) {
+      // The keys are token ids written as JSON strings (OpenAI's form): decimal digits only.
+      int64_t id = -1;
+      if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
+        id = std::stoll(key);
+      if (id < 0 || id >= model.vocab_size)
+        throw invalid_request(fmt::format("'logit_bias' keys must be token ids from 0 to {}; got '{}'",
+                                          model.vocab_size - 1, key),
+                              "logit_bias");
+      const std::string path = "logit_bias." + key;
+      if (!value.is_number()) throw invalid_request(fmt::format("'{}' must be a number", path), path);
+      const double b = value.get<double>();
+      if (!std::isfinite(b) || b < -100 || b > 100)
+        throw invalid_request(fmt::format("'{}' must be between -100 and 100", path), path);
+      o.logit_bias.push_back({int32_t(id), float(b)});
+    }
+  }
 
   if (auto n = integer_field(body, "n", 1, kMaxTokensLimit, "n"); n && *n != 1)
     throw invalid_request("only n = 1 is supported", "n");

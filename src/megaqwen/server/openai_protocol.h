@@ -47,6 +47,7 @@ struct GenerationOptions {
   std::optional<int> logprobs;
   bool prompt_logprobs = false;            // completions with echo and logprobs: score the prompt too
   bool tokens_as_ids = false;              // return_tokens_as_token_ids (vLLM): see TokenNames
+  std::vector<LogitBias> logit_bias;       // OpenAI's logit_bias: token id -> bias in [-100, 100]
   // response_format json_object / json_schema: the JSON the reply must be; null: free text.
   std::shared_ptr<const JsonGrammar> json_grammar;
 };

@@ -181,6 +181,7 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.stop_strings = options.stop;
   g.logprobs = options.logprobs;
   g.prompt_logprobs = options.prompt_logprobs;
+  g.logit_bias = options.logit_bias;
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
   if (chat && chat->xml_call_grammar) {
