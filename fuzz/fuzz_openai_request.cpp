@@ -33,6 +33,8 @@ void check_options(const GenerationOptions& o) {
   if (o.logprobs && (*o.logprobs < 0 || *o.logprobs > megaqwen::kMaxTopLogprobs)) std::abort();
   for (const auto& s : o.stop)
     if (s.empty()) std::abort();
+  for (const auto& b : o.logit_bias)
+    if (b.token < 0 || b.token >= limits().vocab_size || !(b.bias >= -100 && b.bias <= 100)) std::abort();
 }
 
 }  // namespace
