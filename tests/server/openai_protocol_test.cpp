@@ -237,6 +237,13 @@ TEST(OpenAiProtocol, CompletionPrompts) {
   }
 }
 
+TEST(OpenAiProtocol, DeprecatedFunctionCallingIsRefusedNotDropped) {
+  EXPECT_EQ(chat_error(chat_body({{"functions", {{{"name", "f"}, {"parameters", {{"type", "object"}}}}}}})),
+            (std::pair<int, std::string>{400, "functions"}));
+  EXPECT_EQ(chat_error(chat_body({{"function_call", "auto"}})), (std::pair<int, std::string>{400, "function_call"}));
+  EXPECT_EQ(chat_error(chat_body({{"functions", nullptr}})).first, 0);  // null means absent
+}
+
 TEST(OpenAiProtocol, LogitBias) {
   auto r = parse_chat_completion_request(chat_body({{"logit_bias", {{"5", -100}, {"999", 2.5}, {"0", 100}}}}),
                                          limits(), false);

@@ -379,6 +379,13 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
   for (size_t i = 0; i < messages->size(); ++i)
     r.messages.push_back(normalize_message((*messages)[i], i, tool_arguments_as_objects));
 
+  // The deprecated function-calling fields would otherwise be dropped without a word.
+  for (const char* legacy : {"functions", "function_call"})
+    if (field(body, legacy))
+      throw invalid_request(fmt::format("'{}' is OpenAI's deprecated form of function calling; send 'tools' and "
+                                        "'tool_choice' instead",
+                                        legacy),
+                            legacy);
   if (const ordered_json* tools = array_field(body, "tools", "tools")) {
     if (tools->size() > kMaxTools) throw invalid_request(fmt::format("at most {} tools", kMaxTools), "tools");
     for (size_t i = 0; i < tools->size(); ++i) r.tools.push_back(check_tool((*tools)[i], i));
