@@ -359,6 +359,24 @@ TEST(Generator, LogitBiasShiftsEveryDrawOnTheHost) {
   EXPECT_EQ(engine.device_calls, 1);
 }
 
+TEST(Generator, EndIdsStopAfterTheTokenAndKeepIt) {
+  for (bool device : {false, true}) {
+    ScriptedEngine engine(100, 64);
+    engine.device_runs = device;
+    Generator g(engine);
+    auto req = greedy({10}, 20);
+    req.end_ids = {13, 50};
+    req.eos_ids = {12};  // an eos id ends before the end id would: here it comes first
+    EXPECT_EQ(g.run(req).tokens, (std::vector<int32_t>{11})) << device;
+    req.eos_ids.clear();
+    const auto r = g.run(req);
+    EXPECT_EQ(r.tokens, (std::vector<int32_t>{11, 12, 13})) << device;
+    EXPECT_EQ(r.finish, FinishReason::Eos) << device;
+    // The end id is the last token drawn, never fed back: the cache holds the prompt and 11, 12.
+    EXPECT_EQ(g.cached_tokens(), (std::vector<int32_t>{10, 11, 12})) << device;
+  }
+}
+
 TEST(Generator, LogprobsEndAtEosAndRefuseBadCounts) {
   ScriptedEngine engine(100, 64);
   engine.next_[7] = 3;

@@ -244,6 +244,14 @@ TEST(OpenAiProtocol, DeprecatedFunctionCallingIsRefusedNotDropped) {
   EXPECT_EQ(chat_error(chat_body({{"functions", nullptr}})).first, 0);  // null means absent
 }
 
+TEST(OpenAiProtocol, ParallelToolCalls) {
+  EXPECT_TRUE(parse_chat_completion_request(chat_body(), limits(), false).parallel_tool_calls);
+  EXPECT_FALSE(parse_chat_completion_request(chat_body({{"parallel_tool_calls", false}}), limits(), false)
+                   .parallel_tool_calls);
+  EXPECT_EQ(chat_error(chat_body({{"parallel_tool_calls", "no"}})),
+            (std::pair<int, std::string>{400, "parallel_tool_calls"}));
+}
+
 TEST(OpenAiProtocol, LogitBias) {
   auto r = parse_chat_completion_request(chat_body({{"logit_bias", {{"5", -100}, {"999", 2.5}, {"0", 100}}}}),
                                          limits(), false);

@@ -159,8 +159,10 @@ def test_forced_tool_calls_are_whole_and_match_the_tool(client):
     names = []
     for seed, choice in [(1, "required"), (2, "required"), (3, "required"),
                          (4, {"type": "function", "function": {"name": "set_alarm"}})]:
+        # parallel_tool_calls false ends generation on the call's closing token (seed 3).
         r = client.chat.completions.create(model=MODEL, messages=USER, tools=tools[1:] if seed < 4 else tools,
-                                           tool_choice=choice, max_tokens=300, temperature=1.0, seed=seed)
+                                           tool_choice=choice, max_tokens=300, temperature=1.0, seed=seed,
+                                           parallel_tool_calls=seed != 3)
         c = r.choices[0]
         assert c.finish_reason == "tool_calls", c.message.content
         assert len(c.message.tool_calls) == 1

@@ -109,3 +109,23 @@ def test_tokenize_counts_the_chat_prompt_with_tools_and_call_history(client):
         r = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=1, **extra)
         assert counted["count"] == r.usage.prompt_tokens, extra
         assert counted["max_model_len"] == 1024
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_ends_with_the_first_call(client, stream):
+    # Generation ends on the first call's closing token (the engine-level end is tested in
+    # generator_test.cpp); the reply carries that one call, as with parallel calls allowed.
+    kwargs = dict(model=MODEL, messages=USER, tools=TOOLS, tool_choice="required", max_tokens=400, temperature=1.0,
+                  seed=5)
+    single = client.chat.completions.create(parallel_tool_calls=False, stream=stream, **kwargs)
+    parallel = client.chat.completions.create(parallel_tool_calls=True, stream=stream, **kwargs)
+    if stream:
+        single, parallel = list(single), list(parallel)
+        calls = [tc for ch in single for tc in (ch.choices[0].delta.tool_calls or [])]
+        assert calls and all(tc.index == 0 for tc in calls)
+        assert single[-1].choices[0].finish_reason == "tool_calls"
+    else:
+        assert len(single.choices[0].message.tool_calls) == 1
+        assert single.choices[0].finish_reason == "tool_calls"
+        assert single.choices[0].message.tool_calls[0].function == parallel.choices[0].message.tool_calls[0].function
+        assert single.usage.completion_tokens <= parallel.usage.completion_tokens

@@ -168,6 +168,10 @@ GenerationResult Generator::run(const GenerationRequest& req, const TokenCallbac
       result.finish = FinishReason::StopString;
       return false;
     }
+    if (std::find(req.end_ids.begin(), req.end_ids.end(), token) != req.end_ids.end()) {
+      result.finish = FinishReason::Eos;
+      return false;
+    }
     return produced < req.max_tokens;  // no need to run the model for a token never sampled
   };
 

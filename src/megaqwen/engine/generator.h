@@ -25,6 +25,7 @@ struct GenerationRequest {
   int max_tokens = 256;                    // budget of generated tokens
   SamplingParams sampling;
   std::vector<int32_t> eos_ids;            // generation stops on any of these (not emitted)
+  std::vector<int32_t> end_ids;            // generation stops after any of these (emitted; finish Eos)
   std::vector<std::string> stop_strings;   // stops when the output text contains one (not emitted)
   // The raw bytes of a token (Tokenizer::token_bytes); needed for text and stop strings.
   std::function<std::string_view(int32_t)> token_bytes;

@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 
@@ -123,6 +125,12 @@ class Listener : public httplib::Server {
   bool widen_backlog() { return ::listen(svr_sock_, kBacklog) == 0; }
 };
 
+// parallel_tool_calls false: a reply holds one call at most. Generation ends with the first call's
+// closing token, so more calls only come where the model spelled that tag in pieces.
+void keep_first_calls(std::vector<ParsedToolCall>& calls, size_t room) {
+  if (calls.size() > room) calls.resize(room);
+}
+
 Usage usage_of(const GenerationResult& r) { return {r.prompt_tokens, int(r.tokens.size()), r.reused_tokens}; }
 
 // How a stream turns what the job produces into server-sent events; one per endpoint.
@@ -138,9 +146,10 @@ class StreamFormat {
 class ChatStreamFormat : public StreamFormat {
  public:
   ChatStreamFormat(ResponseHeader header, ReplyParser parser, std::string forced_prefix, bool include_usage,
-                   bool logprobs, TokenNames names)
+                   bool logprobs, TokenNames names, size_t max_tool_calls)
       : header_(std::move(header)), parser_(std::move(parser)), forced_prefix_(std::move(forced_prefix)),
-        include_usage_(include_usage), logprobs_(logprobs), names_(std::move(names)) {}
+        include_usage_(include_usage), logprobs_(logprobs), names_(std::move(names)),
+        max_tool_calls_(max_tool_calls) {}
 
   std::string begin() override {
     std::string out = chunk({{"role", "assistant"}, {"content", ""}});
@@ -169,8 +178,9 @@ class ChatStreamFormat : public StreamFormat {
   std::string chunk(ordered_json delta) {
     return sse_event(chat_chunk_json(header_, std::move(delta), std::nullopt, include_usage_, take_logprobs()));
   }
-  std::string deltas(const ReplyDelta& d) {
+  std::string deltas(ReplyDelta d) {
     std::string out;
+    keep_first_calls(d.tool_calls, max_tool_calls_ - std::min(max_tool_calls_, tool_calls_sent_));
     if (!d.reasoning.empty()) out += chunk({{"reasoning_content", d.reasoning}});
     if (!d.content.empty()) out += chunk({{"content", d.content}});
     if (!d.tool_calls.empty()) {
@@ -185,6 +195,7 @@ class ChatStreamFormat : public StreamFormat {
   std::string forced_prefix_;
   bool include_usage_, logprobs_;
   TokenNames names_;
+  size_t max_tool_calls_;
   size_t tool_calls_sent_ = 0;
   std::vector<TokenLogprob> pending_;
 };
@@ -421,11 +432,12 @@ struct HttpServer::Impl {
     ReplyParser parser(prompt.starts_in_thinking, r.tools, r.tool_choice != ToolChoice::None);
     ResponseHeader header = new_response_header("chatcmpl", served.limits.id);
     auto job = submit(make_generation_request(served, prompt.tokens, r.options, &prompt));
+    const size_t max_tool_calls = r.parallel_tool_calls ? SIZE_MAX : 1;
     if (r.options.stream) {
       stream(res, job,
              std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix,
                                                 r.options.include_usage, r.options.logprobs.has_value(),
-                                                token_names(r.options)));
+                                                token_names(r.options), max_tool_calls));
       return;
     }
     const GenerationResult& result = wait_for(*job, req);
@@ -434,6 +446,7 @@ struct HttpServer::Impl {
     reply.reasoning += rest.reasoning;
     reply.content += rest.content;
     reply.tool_calls.insert(reply.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    keep_first_calls(reply.tool_calls, max_tool_calls);
     send_json(res, 200,
               chat_completion_json(header, reply, finish_reason(result.finish, !reply.tool_calls.empty()),
                                    usage_of(result),

@@ -421,6 +421,7 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, co
   if (r.options.json_grammar && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function))
     throw invalid_request("a response_format of JSON and a tool_choice that forces a call exclude each other",
                           "response_format");
+  r.parallel_tool_calls = bool_field(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
   if (const ordered_json* kwargs = object_field(body, "chat_template_kwargs", "chat_template_kwargs"))
     r.enable_thinking = bool_field(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
   return r;

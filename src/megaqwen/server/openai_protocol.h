@@ -61,6 +61,7 @@ struct ChatCompletionRequest {
   ToolChoice tool_choice = ToolChoice::Auto;
   std::string forced_function;             // ToolChoice::Function: its name
   std::optional<bool> enable_thinking;     // chat_template_kwargs.enable_thinking
+  bool parallel_tool_calls = true;         // false: the reply holds at most one call (generation ends after it)
 };
 
 struct CompletionRequest {

@@ -124,6 +124,7 @@ ChatPrompt render_chat_prompt(const ServedModel& served, const ChatCompletionReq
   prompt.starts_in_thinking = open != std::string::npos && opening.find("</think>", open) == std::string::npos;
   prompt.may_think = opening.find("</think>") == std::string::npos;
   prompt.forced_prefix = forced_tool_call_prefix(served, r);
+  prompt.single_tool_call = !r.parallel_tool_calls && r.tool_choice != ToolChoice::None;
   if (!prompt.forced_prefix.empty()) {
     // Where the tools' schemas cannot be written in the call's form, the call is left to the model.
     try {
@@ -182,6 +183,8 @@ GenerationRequest make_generation_request(const ServedModel& served, std::vector
   g.logprobs = options.logprobs;
   g.prompt_logprobs = options.prompt_logprobs;
   g.logit_bias = options.logit_bias;
+  if (chat && chat->single_tool_call)
+    if (const auto close = served.tokenizer.token_id("</tool_call>")) g.end_ids.push_back(*close);
   // Tokenizer copies share one immutable implementation: cheap, and safe on the worker thread.
   g.token_bytes = [tokenizer = served.tokenizer](int32_t id) { return tokenizer.sampled_bytes(id); };
   if (chat && chat->xml_call_grammar) {

@@ -44,6 +44,8 @@ struct ChatPrompt {
   std::string call_suffix;
   // A forced call in Qwen3.5's XML format: the rest of the call after forced_prefix is constrained.
   std::shared_ptr<const XmlToolCallGrammar> xml_call_grammar;
+  // parallel_tool_calls false with tools offered: generation ends with the first call's closing tag.
+  bool single_tool_call = false;
 };
 // 400 when the template refuses the messages or the prompt leaves no room to generate.
 ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequest& request);
