@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as the body of a /v1/chat/completions, /v1/completions,
-// /tokenize and /detokenize request. Parsing must either return a request within the documented ranges or throw ApiError (a
-// 4xx the client sees); any other exception, crash, sanitizer report, leak or hang is a finding.
+// /tokenize and /detokenize request. Parsing must either return a request within the documented
+// ranges or throw ApiError (a 4xx the client sees); any other exception, crash, sanitizer report,
+// leak or hang is a finding.
 // The accepted requests' JSON replies are built too (invalid UTF-8 in echoed strings included).
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@ const ModelLimits& limits() {
 void check_options(const GenerationOptions& o) {
   o.sampling.validate();  // what the engine would refuse must already have been a 400
   if (o.max_tokens && *o.max_tokens < 0) std::abort();
+  if (o.n < 1 || o.n > megaqwen::server::kMaxChoices) std::abort();
   if (o.logprobs && (*o.logprobs < 0 || *o.logprobs > megaqwen::kMaxTopLogprobs)) std::abort();
   for (const auto& s : o.stop)
     if (s.empty()) std::abort();
@@ -61,13 +63,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const CompletionRequest r = parse_completion_request(body, limits());
     check_options(r.options);
-    if (r.prompt_text.has_value() == !r.prompt_ids.empty()) std::abort();
-    for (int32_t id : r.prompt_ids)
-      if (id < 0 || id >= limits().vocab_size) std::abort();
+    if (r.prompts.empty() || r.generations() > kMaxChoices || r.best_of < r.options.n) std::abort();
+    if (r.best_of > 1 && r.options.stream) std::abort();
+    for (const CompletionPrompt& p : r.prompts) {
+      if (p.text.has_value() == !p.ids.empty() || (p.text && p.text->empty())) std::abort();
+      for (int32_t id : p.ids)
+        if (id < 0 || id >= limits().vocab_size) std::abort();
+    }
     if (r.options.max_tokens == 0 && !r.echo) std::abort();
     if (r.options.prompt_logprobs && !(r.echo && r.options.logprobs)) std::abort();
     ResponseHeader h{"cmpl-fuzz", 0, "fuzz"};
-    (void)json_text(completion_json(h, r.prompt_text.value_or(""), "stop", {1, 1, 0}));
+    ordered_json choices = ordered_json::array();
+    for (size_t i = 0; i < r.prompts.size(); ++i)
+      choices.push_back(completion_choice_json(i, r.prompts[i].text.value_or(""), "stop"));
+    (void)json_text(completion_json(h, std::move(choices), {1, 1, 0}));
   } catch (const ApiError& e) {
     if (e.status() != 400) std::abort();
   }

@@ -110,7 +110,7 @@ TEST(OpenAiProtocol, WrongTypesAndRangesAre400NamingTheField) {
       {{{"stream", "yes"}}, "stream"},
       {{{"stream_options", 1}}, "stream_options"},
       {{{"stream_options", {{"include_usage", 1}}}}, "stream_options.include_usage"},
-      {{{"n", 2}}, "n"},
+      {{{"n", 65}}, "n"},
       {{{"logprobs", 1}}, "logprobs"},
       {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs: true
       {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
@@ -187,13 +187,51 @@ TEST(OpenAiProtocol, ToolChoice) {
 
 TEST(OpenAiProtocol, CompletionPrompts) {
   auto text = parse_completion_request({{"prompt", "Once upon"}, {"max_tokens", 4}}, limits());
-  EXPECT_EQ(text.prompt_text, "Once upon");
+  ASSERT_EQ(text.prompts.size(), 1u);
+  EXPECT_EQ(text.prompts[0].text, "Once upon");
   auto ids = parse_completion_request({{"prompt", {1, 2, 999}}}, limits());
-  EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
+  ASSERT_EQ(ids.prompts.size(), 1u);
+  EXPECT_EQ(ids.prompts[0].ids, (std::vector<int32_t>{1, 2, 999}));
+  EXPECT_FALSE(ids.prompts[0].text);
   auto batch_of_one = parse_completion_request({{"prompt", {"x"}}}, limits());
-  EXPECT_EQ(batch_of_one.prompt_text, "x");
+  ASSERT_EQ(batch_of_one.prompts.size(), 1u);
+  EXPECT_EQ(batch_of_one.prompts[0].text, "x");
   EXPECT_FALSE(batch_of_one.echo);
   EXPECT_FALSE(batch_of_one.options.logprobs);
+  // A batch: strings and id arrays, in order; n choices each.
+  auto batch = parse_completion_request(
+      {{"prompt", ordered_json::array({"a", ordered_json::array({5, 6}), "b"})}, {"n", 2}}, limits());
+  ASSERT_EQ(batch.prompts.size(), 3u);
+  EXPECT_EQ(batch.prompts[0].text, "a");
+  EXPECT_EQ(batch.prompts[1].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(batch.prompts[2].text, "b");
+  EXPECT_EQ(batch.generations(), 6);
+  const auto error_of = [](const ordered_json& body) -> std::pair<int, std::string> {
+    try {
+      parse_completion_request(body, limits());
+      return {0, ""};
+    } catch (const ApiError& e) {
+      return {e.status(), e.param()};
+    }
+  };
+  using E = std::pair<int, std::string>;
+  EXPECT_EQ(error_of({{"prompt", ordered_json::array({"a", 5})}}), (E{400, "prompt[1]"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json::array({"a", ""})}}), (E{400, "prompt[1]"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json::array({"a", ordered_json::array()})}}), (E{400, "prompt[1]"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json::array({ordered_json::array({1}), ordered_json::array({-1})})}}),
+            (E{400, "prompt[1]"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json::array()}}), (E{400, "prompt"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json(std::vector<std::string>(kMaxChoices + 1, "a"))}}), (E{400, "prompt"}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json(std::vector<std::string>(kMaxChoices, "a"))}}), (E{0, ""}));
+  EXPECT_EQ(error_of({{"prompt", ordered_json(std::vector<std::string>(2, "a"))}, {"n", kMaxChoices / 2 + 1}}),
+            (E{400, "prompt"}));
+  // best_of: candidates per prompt, at least n, not streamed.
+  EXPECT_EQ(parse_completion_request({{"prompt", "a"}, {"best_of", 4}, {"n", 2}}, limits()).generations(), 4);
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 2}, {"n", 3}}), (E{400, "best_of"}));
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 2}, {"stream", true}}), (E{400, "best_of"}));
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 1}, {"stream", true}}), (E{0, ""}));
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 0}}), (E{400, "best_of"}));
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", kMaxChoices + 1}}), (E{400, "best_of"}));
 
   // Scoring as evaluation harnesses ask for it: echo, logprobs, no or one generated token.
   auto score = parse_completion_request({{"prompt", {1, 2}}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 0}}, limits());
@@ -217,13 +255,13 @@ TEST(OpenAiProtocol, CompletionPrompts) {
       {{{"prompt", {1, 1000}}}, "prompt"},
       {{{"prompt", {-1}}}, "prompt"},
       {{{"prompt", {1.5}}}, "prompt"},
-      {{{"prompt", {"a", "b"}}}, "prompt"},
+      {{{"prompt", {"a", 5}}}, "prompt"},
       {{{"prompt", "x"}, {"echo", "yes"}}, "echo"},
       {{{"prompt", "x"}, {"logprobs", true}}, "logprobs"},
       {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs"},
       {{{"prompt", "x"}, {"logprobs", -1}}, "logprobs"},
       {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},  // generating nothing needs echo
-      {{{"prompt", "x"}, {"best_of", 3}}, "best_of"},
+      {{{"prompt", "x"}, {"best_of", 3}, {"n", 4}}, "best_of"},
       {{{"prompt", "x"}, {"suffix", "y"}}, "suffix"},
       {{{"prompt", "x"}, {"model", "other"}}, "model"}};
   for (const auto& [bad, field] : bad_requests) {
@@ -413,8 +451,8 @@ TEST(OpenAiProtocol, ChatLogprobs) {
                         {"token": "!", "logprob": -1.5, "bytes": [33]}]},
       {"token": "\uFFFD", "logprob": -3.0, "bytes": [195], "top_logprobs": []}], "refusal": null})"));
   ResponseHeader h{"chatcmpl-1", 1, "tiny"};
-  EXPECT_EQ(chat_completion_json(h, {"", "Hi", {}}, "stop", {1, 1, 0}, j)["choices"][0]["logprobs"], j);
-  EXPECT_EQ(chat_chunk_json(h, {{"content", "Hi"}}, std::nullopt, false, j)["choices"][0]["logprobs"], j);
+  EXPECT_EQ(chat_choice_json(0, {"", "Hi", {}}, "stop", j)["logprobs"], j);
+  EXPECT_EQ(chat_chunk_json(h, 0, {{"content", "Hi"}}, std::nullopt, false, j)["choices"][0]["logprobs"], j);
   // return_tokens_as_token_ids names tokens by id; the bytes stay.
   const ordered_json by_id = chat_logprobs_json(entries, {names.bytes, true});
   EXPECT_EQ(by_id["content"][0]["token"], "token_id:7");
@@ -450,8 +488,8 @@ TEST(OpenAiProtocol, CompletionLogprobs) {
   EXPECT_EQ(gen["top_logprobs"][2].size(), 2u);  // best "bc", and the chosen "d"
   EXPECT_DOUBLE_EQ(gen["top_logprobs"][2]["d"].get<double>(), -1.0);
   ResponseHeader h{"cmpl-1", 1, "tiny"};
-  EXPECT_EQ(completion_json(h, "abc", "length", {2, 3, 0}, gen)["choices"][0]["logprobs"], gen);
-  EXPECT_EQ(completion_chunk_json(h, "abc", std::nullopt, false, gen)["choices"][0]["logprobs"], gen);
+  EXPECT_EQ(completion_choice_json(0, "abc", "length", gen)["logprobs"], gen);
+  EXPECT_EQ(completion_chunk_json(h, 0, "abc", std::nullopt, false, gen)["choices"][0]["logprobs"], gen);
   EXPECT_NO_THROW(ordered_json::parse(json_text(gen)));
   // By id: the names change, the offsets still count characters of the text.
   offset = 0;
@@ -464,7 +502,7 @@ TEST(OpenAiProtocol, CompletionLogprobs) {
 TEST(OpenAiProtocol, ChatCompletionShape) {
   ResponseHeader h{"chatcmpl-1", 1700000000, "tiny"};
   ReplyDelta reply{"thought", "\n\n", {{"f", R"({"x":1})"}}};
-  ordered_json j = chat_completion_json(h, reply, "tool_calls", {10, 3, 4});
+  ordered_json j = chat_completion_json(h, ordered_json::array({chat_choice_json(0, reply, "tool_calls")}), {10, 3, 4});
   EXPECT_EQ(j["object"], "chat.completion");
   const auto& message = j["choices"][0]["message"];
   EXPECT_EQ(message["role"], "assistant");
@@ -479,15 +517,42 @@ TEST(OpenAiProtocol, ChatCompletionShape) {
                                                 "prompt_tokens_details": {"cached_tokens": 4}})"));
 }
 
+TEST(OpenAiProtocol, SeveralChoices) {
+  // n is read for both endpoints, 1 when absent; each choice carries its index.
+  EXPECT_EQ(parse_chat_completion_request(chat_body(), limits(), false).options.n, 1);
+  EXPECT_EQ(parse_chat_completion_request(chat_body({{"n", 3}}), limits(), false).options.n, 3);
+  EXPECT_EQ(parse_completion_request({{"model", "tiny"}, {"prompt", "a"}, {"n", kMaxChoices}}, limits()).options.n,
+            kMaxChoices);
+  for (const ordered_json& n : {ordered_json(0), ordered_json(kMaxChoices + 1), ordered_json(2.5), ordered_json("2")}) {
+    try {
+      parse_chat_completion_request(chat_body({{"n", n}}), limits(), false);
+      ADD_FAILURE() << "accepted n = " << n;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "n");
+    }
+  }
+  ResponseHeader h{"cmpl-1", 1, "tiny"};
+  const ordered_json j = completion_json(
+      h, ordered_json::array({completion_choice_json(0, "a", "stop"), completion_choice_json(1, "b", "length")}),
+      {4, 7, 0});
+  EXPECT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][1]["text"], "b");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(chat_chunk_json(h, 5, {{"content", "x"}}, std::nullopt, false)["choices"][0]["index"], 5);
+  EXPECT_EQ(completion_chunk_json(h, 2, "x", "stop", false)["choices"][0]["index"], 2);
+}
+
 TEST(OpenAiProtocol, SseChunks) {
   ResponseHeader h{"chatcmpl-1", 1700000000, "tiny"};
-  const std::string event = sse_event(chat_chunk_json(h, {{"content", "Hi"}}, std::nullopt, true));
+  const std::string event = sse_event(chat_chunk_json(h, 0, {{"content", "Hi"}}, std::nullopt, true));
   EXPECT_EQ(event,
             "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"tiny\","
             "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":null,\"finish_reason\":null}],"
             "\"usage\":null}\n\n");
   EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
-  ordered_json last = chat_chunk_json(h, ordered_json::object(), "stop", false);
+  ordered_json last = chat_chunk_json(h, 0, ordered_json::object(), "stop", false);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_FALSE(last.contains("usage"));
   ordered_json usage = usage_chunk_json(h, "chat.completion.chunk", {5, 2, 0});
@@ -502,7 +567,7 @@ TEST(OpenAiProtocol, SseChunks) {
 TEST(OpenAiProtocol, InvalidUtf8InGeneratedTextIsReplacedNotThrown) {
   ResponseHeader h{"cmpl-1", 1, "tiny"};
   std::string event;
-  ASSERT_NO_THROW(event = sse_event(completion_chunk_json(h, "ok \xff\xfe", std::nullopt, false)));
+  ASSERT_NO_THROW(event = sse_event(completion_chunk_json(h, 0, "ok \xff\xfe", std::nullopt, false)));
   EXPECT_NE(event.find("ok \xEF\xBF\xBD"), std::string::npos);  // U+FFFD
   EXPECT_NO_THROW(ordered_json::parse(event.substr(6)));
 }

@@ -128,6 +128,29 @@ TEST(Scheduler, BoundedQueueRefusesWhenFull) {
   running->cancel();
 }
 
+TEST(Scheduler, GroupIsQueuedWholeOrNotAtAllAndRunsBackToBack) {
+  SlowEngine engine(20ms);
+  Scheduler scheduler(engine, 3);
+  auto running = job({0}, 50);
+  ASSERT_TRUE(scheduler.submit(running));
+  while (scheduler.running() == 0) std::this_thread::sleep_for(1ms);
+  auto lone = job({0}, 1);
+  ASSERT_TRUE(scheduler.submit(lone));
+  // Three choices do not fit beside the one queued job: none of them is queued.
+  EXPECT_FALSE(scheduler.submit({job({0}, 1), job({0}, 1), job({0}, 1)}));
+  EXPECT_EQ(scheduler.queued(), 1u);
+  running->cancel();
+  wait_done(*lone);
+  // Two do, and run in their order; the second finds the shared prompt in the cache.
+  const std::vector<std::shared_ptr<GenerationJob>> group = {job({3, 3, 3, 3}, 2), job({3, 3, 3, 3}, 2)};
+  ASSERT_TRUE(scheduler.submit(group));
+  wait_done(*group[1]);
+  wait_done(*group[0]);
+  EXPECT_EQ(group[0]->result().tokens.size(), 2u);
+  EXPECT_EQ(group[1]->result().tokens.size(), 2u);
+  EXPECT_EQ(group[1]->result().reused_tokens, 3);  // all but the last prompt token, whose logits are needed
+}
+
 TEST(Scheduler, CancelStopsARunningJob) {
   SlowEngine engine(5ms);
   Scheduler scheduler(engine, 4);

@@ -102,6 +102,88 @@ def test_seed_reproducibility(client):
     assert sample(7) != sample(8)  # 16 tokens drawn at temperature 1 from a 151k vocabulary
 
 
+def test_several_choices_are_seeded_one_after_another(client):
+    args = dict(model=MODEL, messages=USER, max_tokens=10, temperature=1.0)
+    r = client.chat.completions.create(**args, n=3, seed=40)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    texts = [c.message.content for c in r.choices]
+    # Choice i samples with seed + i: the same text a single request with that seed gets.
+    for i, text in enumerate(texts):
+        alone = client.chat.completions.create(**args, seed=40 + i)
+        assert alone.choices[0].message.content == text
+        assert alone.choices[0].finish_reason == r.choices[i].finish_reason
+    assert len(set(texts)) == 3  # 10 tokens at temperature 1 from a 151k vocabulary
+    # The prompt counts once; the choices' tokens add up (the later ones find the prompt cached).
+    lone = client.chat.completions.create(**args, seed=40)
+    assert r.usage.prompt_tokens == lone.usage.prompt_tokens
+    singles = [client.chat.completions.create(**args, seed=40 + i).usage.completion_tokens for i in range(3)]
+    assert r.usage.completion_tokens == sum(singles)
+
+    # Streamed: the choices come one after another, each with its role chunk and finish reason; the
+    # usage chunk and [DONE] once, at the end.
+    chunks = list(client.chat.completions.create(**args, n=3, seed=40, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    by_choice = {}
+    for c in chunks[:-1]:
+        assert len(c.choices) == 1 and c.usage is None
+        by_choice.setdefault(c.choices[0].index, []).append(c.choices[0])
+    order = [c.choices[0].index for c in chunks[:-1]]
+    assert order == sorted(order) and sorted(by_choice) == [0, 1, 2]
+    for i, parts in by_choice.items():
+        assert parts[0].delta.role == "assistant"
+        assert "".join(p.delta.content or "" for p in parts) == texts[i]
+        assert [p.finish_reason for p in parts if p.finish_reason] == [r.choices[i].finish_reason]
+
+    # Completions too, with the echo on every choice.
+    c = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=1.0, seed=3,
+                                  n=2, echo=True)
+    assert [x.index for x in c.choices] == [0, 1]
+    for i, x in enumerate(c.choices):
+        alone = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                          seed=3 + i, echo=True)
+        assert x.text == alone.choices[0].text and x.text.startswith("Once upon a time")
+    streamed = list(client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                              seed=3, n=2, echo=True, stream=True))
+    for i, x in enumerate(c.choices):
+        assert "".join(s.choices[0].text for s in streamed if s.choices[0].index == i) == x.text
+
+
+def test_completion_batches_and_best_of(client):
+    prompts = ["Once upon a time", [9707, 11, 1879]]
+    args = dict(model=MODEL, max_tokens=6, temperature=1.0)
+    r = client.completions.create(**args, prompt=prompts, n=2, seed=11)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]  # choice j of prompt p at p * n + j
+    singles = [client.completions.create(**args, prompt=p, seed=11 + j) for p in prompts for j in range(2)]
+    assert [c.text for c in r.choices] == [s.choices[0].text for s in singles]
+    assert r.usage.prompt_tokens == singles[0].usage.prompt_tokens + singles[2].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    streamed = list(client.completions.create(**args, prompt=prompts, n=2, seed=11, stream=True))
+    for c in r.choices:
+        assert "".join(x.choices[0].text for x in streamed if x.choices[0].index == c.index) == c.text
+
+    # Scoring a batch as evaluation harnesses do: each prompt's logprobs as if it came alone.
+    batch = client.completions.create(model=MODEL, prompt=prompts, max_tokens=0, echo=True, logprobs=1)
+    for p, choice in zip(prompts, batch.choices):
+        alone = client.completions.create(model=MODEL, prompt=p, max_tokens=0, echo=True, logprobs=1).choices[0]
+        assert choice.text == alone.text
+        assert choice.logprobs.token_logprobs == alone.logprobs.token_logprobs
+
+    # best_of: the candidates are the choices of seeds 5, 6, 7; the one with the highest mean token
+    # logprob comes back, without logprobs unless asked for; all candidates' tokens are counted.
+    best = client.completions.create(**args, prompt=prompts[0], best_of=3, seed=5)
+    candidates = [client.completions.create(**args, prompt=prompts[0], seed=5 + j, logprobs=0).choices[0]
+                  for j in range(3)]
+    means = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in candidates]
+    assert len(best.choices) == 1 and best.choices[0].logprobs is None
+    assert best.choices[0].text == candidates[means.index(max(means))].text
+    assert best.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in candidates)
+    two = client.completions.create(**args, prompt=prompts[0], best_of=3, n=2, seed=5, logprobs=0)
+    order = sorted(range(3), key=lambda j: -means[j])
+    assert [c.text for c in two.choices] == [candidates[j].text for j in order[:2]]
+    assert [c.index for c in two.choices] == [0, 1]
+
+
 def test_thinking_switch_reaches_the_template(client):
     # Qwen3's template pre-fills an empty think block when thinking is off: a longer prompt.
     on = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1)
@@ -452,7 +534,7 @@ def test_bad_types_and_ranges(server, client):
         client.chat.completions.create(model=MODEL, messages=USER, temperature=-1)
     for field, value in [("temperature", "hot"), ("max_tokens", -1), ("max_tokens", 1e30), ("max_tokens", 2 ** 70),
                          ("top_p", 7), ("seed", 0.5), ("stop", [1]), ("stream", "yes"), ("messages", "hi"),
-                         ("top_k", 1.5), ("n", 3), ("model", "gpt-4o")]:
+                         ("top_k", 1.5), ("n", 0), ("n", 65), ("model", "gpt-4o")]:
         body = {"model": MODEL, "messages": USER, field: value}
         assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param=field)
     for extra, param in [({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
@@ -460,7 +542,8 @@ def test_bad_types_and_ranges(server, client):
         body = {"model": MODEL, "messages": USER, **extra}
         assert_error(*raw(server, "POST", "/v1/chat/completions", body), 400, param=param)
     for extra, param in [({"logprobs": 21}, "logprobs"), ({"max_tokens": 0}, "max_tokens"), ({"echo": 1}, "echo"),
-                         ({"best_of": 2}, "best_of")]:
+                         ({"best_of": 2, "stream": True}, "best_of"), ({"best_of": 2, "n": 3}, "best_of"),
+                         ({"prompt": ["a", 7]}, "prompt[1]"), ({"prompt": ["a"] * 65}, "prompt")]:
         body = {"model": MODEL, "prompt": "x", **extra}
         assert_error(*raw(server, "POST", "/v1/completions", body), 400, param=param)
 
@@ -553,6 +636,9 @@ def test_full_queue_503_and_disconnect_cancels(tiny_model):
         assert wait_until(lambda: metric(raw(s, "GET", "/metrics")[1], "megaqwen_queue_depth") == 1, 10)
         assert_error(*raw(s, "POST", "/v1/chat/completions", {"messages": USER, "max_tokens": 2}), 503,
                      code="server_overloaded")
+        # More choices than the queue holds at all: a 400 naming n, whatever the load.
+        assert_error(*raw(s, "POST", "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "n": 2}), 400,
+                     param="n")
         stream.close()  # the client goes away mid-stream: its generation must stop, freeing the engine
         queued.join(30)
         assert not queued.is_alive()

@@ -12,6 +12,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "megaqwen/server/api_error.h"
 #include "megaqwen/server/chat_page.h"
@@ -131,23 +136,51 @@ void keep_first_calls(std::vector<ParsedToolCall>& calls, size_t room) {
   if (calls.size() > room) calls.resize(room);
 }
 
-Usage usage_of(const GenerationResult& r) { return {r.prompt_tokens, int(r.tokens.size()), r.reused_tokens}; }
+// The generations of a request come in groups of `per_prompt` sharing a prompt (a chat's n choices;
+// a completions batch's prompts, each with its choices or best_of candidates). A prompt counts once,
+// with what its first generation found in the cache (the later ones find it there too); generated
+// tokens add up, best_of candidates not returned included.
+Usage usage_of(std::span<const GenerationResult* const> results, size_t per_prompt) {
+  Usage u;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i % per_prompt == 0) {
+      u.prompt_tokens += results[i]->prompt_tokens;
+      u.cached_tokens += results[i]->reused_tokens;
+    }
+    u.completion_tokens += int(results[i]->tokens.size());
+  }
+  return u;
+}
 
-// How a stream turns what the job produces into server-sent events; one per endpoint.
+// best_of's ranking: the mean logprob of the generated tokens (0 when none).
+double mean_logprob(const GenerationResult& r) {
+  if (r.logprobs.empty()) return 0;
+  double sum = 0;
+  for (const TokenLogprob& t : r.logprobs) sum += t.logprob;
+  return sum / double(r.logprobs.size());
+}
+
+using Jobs = std::vector<std::shared_ptr<GenerationJob>>;
+void cancel_all(const Jobs& jobs) {
+  for (const auto& job : jobs) job->cancel();
+}
+
+// How a stream turns what one choice's job produces into server-sent events; one per endpoint and
+// choice. The usage chunk and [DONE] follow the last choice.
 class StreamFormat {
  public:
   virtual ~StreamFormat() = default;
   virtual std::string begin() = 0;
   // New text and logprobs; what cannot be placed yet (logprobs of text still held back) is kept.
   virtual std::string update(GenerationJob::Update& u) = 0;
-  virtual std::string end(const GenerationResult& result) = 0;  // everything before [DONE]
+  virtual std::string end(const GenerationResult& result) = 0;  // the choice's last chunks
 };
 
 class ChatStreamFormat : public StreamFormat {
  public:
-  ChatStreamFormat(ResponseHeader header, ReplyParser parser, std::string forced_prefix, bool include_usage,
-                   bool logprobs, TokenNames names, size_t max_tool_calls)
-      : header_(std::move(header)), parser_(std::move(parser)), forced_prefix_(std::move(forced_prefix)),
+  ChatStreamFormat(ResponseHeader header, size_t index, ReplyParser parser, std::string forced_prefix,
+                   bool include_usage, bool logprobs, TokenNames names, size_t max_tool_calls)
+      : header_(std::move(header)), index_(index), parser_(std::move(parser)), forced_prefix_(std::move(forced_prefix)),
         include_usage_(include_usage), logprobs_(logprobs), names_(std::move(names)),
         max_tool_calls_(max_tool_calls) {}
 
@@ -161,9 +194,8 @@ class ChatStreamFormat : public StreamFormat {
   }
   std::string end(const GenerationResult& r) override {
     std::string out = deltas(parser_.finish());
-    out += sse_event(chat_chunk_json(header_, ordered_json::object(), finish_reason(r.finish, tool_calls_sent_ > 0),
-                                     include_usage_, take_logprobs()));
-    if (include_usage_) out += sse_event(usage_chunk_json(header_, "chat.completion.chunk", usage_of(r)));
+    out += sse_event(chat_chunk_json(header_, index_, ordered_json::object(),
+                                     finish_reason(r.finish, tool_calls_sent_ > 0), include_usage_, take_logprobs()));
     return out;
   }
 
@@ -176,7 +208,7 @@ class ChatStreamFormat : public StreamFormat {
     return j;
   }
   std::string chunk(ordered_json delta) {
-    return sse_event(chat_chunk_json(header_, std::move(delta), std::nullopt, include_usage_, take_logprobs()));
+    return sse_event(chat_chunk_json(header_, index_, std::move(delta), std::nullopt, include_usage_, take_logprobs()));
   }
   std::string deltas(ReplyDelta d) {
     std::string out;
@@ -191,6 +223,7 @@ class ChatStreamFormat : public StreamFormat {
   }
 
   ResponseHeader header_;
+  size_t index_;
   ReplyParser parser_;
   std::string forced_prefix_;
   bool include_usage_, logprobs_;
@@ -203,9 +236,12 @@ class ChatStreamFormat : public StreamFormat {
 // With echo, the prompt's text (and its logprobs, when asked for) is the stream's first chunk.
 class CompletionStreamFormat : public StreamFormat {
  public:
-  CompletionStreamFormat(ResponseHeader header, bool include_usage, const CompletionRequest& r,
+  CompletionStreamFormat(ResponseHeader header, size_t index, bool include_usage, const CompletionRequest& r,
                          std::vector<int32_t> prompt, std::string echo_text, TokenNames names)
-      : header_(std::move(header)), include_usage_(include_usage), logprobs_(r.options.logprobs.has_value()),
+      : header_(std::move(header)),
+        index_(index),
+        include_usage_(include_usage),
+        logprobs_(r.options.logprobs.has_value()),
         prompt_(std::move(prompt)), echo_(r.echo), echo_text_(std::move(echo_text)), names_(std::move(names)) {}
   std::string begin() override {
     // Without prompt logprobs the echo needs nothing from the job.
@@ -222,8 +258,7 @@ class CompletionStreamFormat : public StreamFormat {
   std::string end(const GenerationResult& r) override {
     std::string out = echo_ ? send_echo() : "";
     if (logprobs_ && !pending_.empty()) out += chunk("");
-    out += sse_event(completion_chunk_json(header_, "", finish_reason(r.finish, false), include_usage_));
-    if (include_usage_) out += sse_event(usage_chunk_json(header_, "text_completion", usage_of(r)));
+    out += sse_event(completion_chunk_json(header_, index_, "", finish_reason(r.finish, false), include_usage_));
     return out;
   }
 
@@ -232,7 +267,7 @@ class CompletionStreamFormat : public StreamFormat {
     if (!echo_) return "";
     echo_ = false;
     ordered_json lp = logprobs_ ? completion_logprobs_json(prompt_.front(), prompt_scored_, names_, offset_) : nullptr;
-    return sse_event(completion_chunk_json(header_, echo_text_, std::nullopt, include_usage_, std::move(lp)));
+    return sse_event(completion_chunk_json(header_, index_, echo_text_, std::nullopt, include_usage_, std::move(lp)));
   }
   std::string chunk(std::string_view text) {
     ordered_json lp = nullptr;
@@ -240,10 +275,12 @@ class CompletionStreamFormat : public StreamFormat {
       lp = completion_logprobs_json(std::nullopt, pending_, names_, offset_);
       pending_.clear();
     }
-    return sse_event(completion_chunk_json(header_, std::string(text), std::nullopt, include_usage_, std::move(lp)));
+    return sse_event(
+        completion_chunk_json(header_, index_, std::string(text), std::nullopt, include_usage_, std::move(lp)));
   }
 
   ResponseHeader header_;
+  size_t index_;
   bool include_usage_, logprobs_;
   std::vector<int32_t> prompt_;
   bool echo_;  // the echo is still to be sent
@@ -400,57 +437,93 @@ struct HttpServer::Impl {
               }));
   }
 
-  std::shared_ptr<GenerationJob> submit(GenerationRequest request) {
-    auto job = std::make_shared<GenerationJob>(std::move(request),
-                                               Clock::now() + std::chrono::seconds(options.timeout_seconds));
-    if (!scheduler.submit(job))
+  // Queues a request's choices together, choice i's generation made by make(i); 503 when the queue
+  // cannot take them all.
+  Jobs submit(int n, const std::function<GenerationRequest(int)>& make) {
+    if (size_t(n) > options.max_queued)
+      throw invalid_request(fmt::format("'n' is {}, more than the {} requests this server queues (--queue)", n,
+                                        options.max_queued),
+                            "n");
+    const auto deadline = Clock::now() + std::chrono::seconds(options.timeout_seconds);
+    Jobs jobs;
+    for (int i = 0; i < n; ++i) jobs.push_back(std::make_shared<GenerationJob>(make(i), deadline));
+    if (!scheduler.submit(jobs))
       throw overloaded(fmt::format("the server is busy ({} requests waiting); retry later", options.max_queued));
-    return job;
+    return jobs;
   }
 
-  // Blocks until the job is done; 503 when it is still queued at its deadline. A client that hangs
-  // up meanwhile cancels the job (it stops at its next token, or never leaves the queue).
-  static const GenerationResult& wait_for(GenerationJob& job, const httplib::Request& req) {
+  // Blocks until every job is done; 503 when one is still queued at its deadline. A client that hangs
+  // up meanwhile cancels the jobs (the running one stops at its next token, the others never start).
+  static std::vector<const GenerationResult*> wait_for(const Jobs& jobs, const httplib::Request& req) {
     const ClientWatch client(req);
-    for (;;) {
-      GenerationJob::Update ignored;  // the result has it all
-      if (job.wait(kPollInterval, ignored) == GenerationJob::State::Done) break;
-      if (Clock::now() >= job.deadline() && job.withdraw()) throw queue_timeout();
-      if (client.gone()) {
-        job.cancel();
-        throw client_closed();
+    std::vector<const GenerationResult*> results;
+    for (const auto& job : jobs) {
+      for (;;) {
+        GenerationJob::Update ignored;  // the result has it all
+        if (job->wait(kPollInterval, ignored) == GenerationJob::State::Done) break;
+        if (Clock::now() >= job->deadline() && job->withdraw()) {
+          cancel_all(jobs);
+          throw queue_timeout();
+        }
+        if (client.gone()) {
+          cancel_all(jobs);
+          throw client_closed();
+        }
       }
+      if (job->error()) {
+        cancel_all(jobs);
+        throw *job->error();
+      }
+      results.push_back(&job->result());
     }
-    if (job.error()) throw *job.error();
-    return job.result();
+    return results;
   }
 
   void chat(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     ChatCompletionRequest r =
         parse_chat_completion_request(parse_json_body(body), served.limits, served.wants_argument_objects());
     ChatPrompt prompt = build_chat_prompt(served, r);
-    ReplyParser parser(prompt.starts_in_thinking, r.tools, r.tool_choice != ToolChoice::None);
+    const ReplyParser parser(prompt.starts_in_thinking, r.tools, r.tool_choice != ToolChoice::None);
     ResponseHeader header = new_response_header("chatcmpl", served.limits.id);
-    auto job = submit(make_generation_request(served, prompt.tokens, r.options, &prompt));
+    const Jobs jobs = submit(r.options.n, [&](int choice) {
+      return make_generation_request(served, prompt.tokens, choice_options(r.options, choice), &prompt);
+    });
     const size_t max_tool_calls = r.parallel_tool_calls ? SIZE_MAX : 1;
     if (r.options.stream) {
-      stream(res, job,
-             std::make_shared<ChatStreamFormat>(header, std::move(parser), prompt.forced_prefix,
-                                                r.options.include_usage, r.options.logprobs.has_value(),
-                                                token_names(r.options), max_tool_calls));
+      std::vector<std::shared_ptr<StreamFormat>> formats;
+      for (size_t i = 0; i < jobs.size(); ++i)
+        formats.push_back(std::make_shared<ChatStreamFormat>(header, i, parser, prompt.forced_prefix,
+                                                             r.options.include_usage, r.options.logprobs.has_value(),
+                                                             token_names(r.options), max_tool_calls));
+      stream(res, jobs, std::move(formats),
+             r.options.include_usage ? std::optional(usage_chunk_json(header, "chat.completion.chunk", {}))
+                                     : std::nullopt,
+             jobs.size());
       return;
     }
-    const GenerationResult& result = wait_for(*job, req);
-    ReplyDelta reply = parser.feed(prompt.forced_prefix + result.text);
-    ReplyDelta rest = parser.finish();
-    reply.reasoning += rest.reasoning;
-    reply.content += rest.content;
-    reply.tool_calls.insert(reply.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-    keep_first_calls(reply.tool_calls, max_tool_calls);
-    send_json(res, 200,
-              chat_completion_json(header, reply, finish_reason(result.finish, !reply.tool_calls.empty()),
-                                   usage_of(result),
-                                   r.options.logprobs ? chat_logprobs_json(result.logprobs, token_names(r.options)) : nullptr));
+    const std::vector<const GenerationResult*> results = wait_for(jobs, req);
+    ordered_json choices = ordered_json::array();
+    for (size_t i = 0; i < results.size(); ++i) {
+      const GenerationResult& result = *results[i];
+      ReplyParser choice_parser = parser;
+      ReplyDelta reply = choice_parser.feed(prompt.forced_prefix + result.text);
+      ReplyDelta rest = choice_parser.finish();
+      reply.reasoning += rest.reasoning;
+      reply.content += rest.content;
+      reply.tool_calls.insert(reply.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+      keep_first_calls(reply.tool_calls, max_tool_calls);
+      choices.push_back(chat_choice_json(
+          i, reply, finish_reason(result.finish, !reply.tool_calls.empty()),
+          r.options.logprobs ? chat_logprobs_json(result.logprobs, token_names(r.options)) : nullptr));
+    }
+    send_json(res, 200, chat_completion_json(header, std::move(choices), usage_of(results, results.size())));
+  }
+
+  // Choice i's options: the request's, sampling with seed + i.
+  static GenerationOptions choice_options(const GenerationOptions& o, int choice) {
+    GenerationOptions c = o;
+    c.sampling.seed += uint64_t(choice);
+    return c;
   }
 
   TokenNames token_names(const GenerationOptions& o) const {
@@ -460,83 +533,135 @@ struct HttpServer::Impl {
   void complete(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     CompletionRequest r = parse_completion_request(parse_json_body(body), served.limits);
     ResponseHeader header = new_response_header("cmpl", served.limits.id);
-    std::vector<int32_t> prompt = build_completion_prompt(served, r);
-    // The echo is the prompt as the model saw it: its tokens' bytes (so text offsets line up).
-    std::string echo_text;
-    if (r.echo)
-      for (int32_t id : prompt) echo_text += served.tokenizer.sampled_bytes(id);
-    auto job = submit(make_generation_request(served, prompt, r.options));
-    if (r.options.stream) {
-      stream(res, job,
-             std::make_shared<CompletionStreamFormat>(header, r.options.include_usage, r, std::move(prompt),
-                                                      std::move(echo_text), token_names(r.options)));
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echoes;  // a prompt as the model saw it: its tokens' bytes (so text offsets line up)
+    for (const CompletionPrompt& p : r.prompts) {
+      prompts.push_back(build_completion_prompt(served, p));
+      echoes.emplace_back();
+      if (r.echo)
+        for (int32_t id : prompts.back()) echoes.back() += served.tokenizer.sampled_bytes(id);
+    }
+    // Generation k is candidate k % per_prompt of prompt k / per_prompt; best_of ranks by logprobs.
+    const int per_prompt = std::max(r.best_of, r.options.n);
+    const Jobs jobs = submit(r.generations(), [&](int k) {
+      GenerationOptions o = choice_options(r.options, k % per_prompt);
+      if (r.best_of > 1 && !o.logprobs) o.logprobs = 0;
+      return make_generation_request(served, prompts[size_t(k / per_prompt)], o);
+    });
+    if (r.options.stream) {  // never with best_of > 1: index k is choice k % n of prompt k / n
+      std::vector<std::shared_ptr<StreamFormat>> formats;
+      for (size_t k = 0; k < jobs.size(); ++k)
+        formats.push_back(std::make_shared<CompletionStreamFormat>(header, k, r.options.include_usage, r,
+                                                                   prompts[k / per_prompt], echoes[k / per_prompt],
+                                                                   token_names(r.options)));
+      stream(res, jobs, std::move(formats),
+             r.options.include_usage ? std::optional(usage_chunk_json(header, "text_completion", {})) : std::nullopt,
+             size_t(per_prompt));
       return;
     }
-    const GenerationResult& result = wait_for(*job, req);
-    ordered_json logprobs = nullptr;
-    if (r.options.logprobs) {
-      std::vector<TokenLogprob> entries = result.prompt_logprobs;  // empty without echo
-      entries.insert(entries.end(), result.logprobs.begin(), result.logprobs.end());
-      size_t offset = 0;
-      logprobs = completion_logprobs_json(r.echo ? std::optional(prompt.front()) : std::nullopt, entries,
-                                          token_names(r.options), offset);
+    const std::vector<const GenerationResult*> results = wait_for(jobs, req);
+    ordered_json choices = ordered_json::array();
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      std::vector<const GenerationResult*> candidates(results.begin() + p * per_prompt,
+                                                      results.begin() + (p + 1) * per_prompt);
+      if (r.best_of > 1)
+        std::stable_sort(candidates.begin(), candidates.end(), [](const auto* a, const auto* b) {
+          return mean_logprob(*a) > mean_logprob(*b);
+        });
+      for (int j = 0; j < r.options.n; ++j) {
+        const GenerationResult& result = *candidates[j];
+        ordered_json logprobs = nullptr;
+        if (r.options.logprobs) {
+          std::vector<TokenLogprob> entries = result.prompt_logprobs;  // empty without echo
+          entries.insert(entries.end(), result.logprobs.begin(), result.logprobs.end());
+          size_t offset = 0;
+          logprobs = completion_logprobs_json(r.echo ? std::optional(prompts[p].front()) : std::nullopt, entries,
+                                              token_names(r.options), offset);
+        }
+        choices.push_back(completion_choice_json(p * r.options.n + j, echoes[p] + result.text,
+                                                 finish_reason(result.finish, false), std::move(logprobs)));
+      }
     }
-    send_json(res, 200,
-              completion_json(header, echo_text + result.text, finish_reason(result.finish, false), usage_of(result),
-                              std::move(logprobs)));
+    send_json(res, 200, completion_json(header, std::move(choices), usage_of(results, per_prompt)));
   }
 
-  struct Progress {
-    bool begun = false;
+  // A stream's place: the choice being sent (choices go one after another, as their jobs run).
+  struct StreamState {
+    Jobs jobs;
+    std::vector<std::shared_ptr<StreamFormat>> formats;
+    std::optional<ordered_json> usage_chunk;  // include_usage: the last chunk, its usage filled in at the end
+    size_t per_prompt = 1;                    // usage_of's grouping
+    std::vector<const GenerationResult*> results;
+    size_t current = 0;
+    bool begun = false;  // the current choice's first chunks are out
     Clock::time_point last_write = Clock::now();
   };
 
-  // Streams a job as server-sent events. The provider runs on this request's HTTP thread after the
+  // Streams the jobs as server-sent events. The provider runs on this request's HTTP thread after the
   // handler returns; a failed write means the client left, which cancels the generation.
-  static void stream(httplib::Response& res, std::shared_ptr<GenerationJob> job, std::shared_ptr<StreamFormat> format) {
-    auto progress = std::make_shared<Progress>();
+  static void stream(httplib::Response& res, Jobs jobs, std::vector<std::shared_ptr<StreamFormat>> formats,
+                     std::optional<ordered_json> usage_chunk, size_t per_prompt) {
+    auto state = std::make_shared<StreamState>();
+    state->per_prompt = per_prompt;
+    state->jobs = std::move(jobs);
+    state->formats = std::move(formats);
+    state->usage_chunk = std::move(usage_chunk);
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, format, progress](size_t, httplib::DataSink& sink) {
+        [state](size_t, httplib::DataSink& sink) {
           // httplib does not catch here: an exception would end the process, so it ends the stream.
           try {
-            return write_events(*job, *format, *progress, sink);
+            return write_events(*state, sink);
           } catch (const std::exception&) {
-            job->cancel();
+            cancel_all(state->jobs);
             return false;
           }
         },
-        [job](bool success) {
-          if (!success) job->cancel();
+        [state](bool success) {
+          if (!success) cancel_all(state->jobs);
         });
   }
 
-  // One step of a stream: waits briefly for the job, writes what it has; false when the client left.
-  static bool write_events(GenerationJob& job, StreamFormat& format, Progress& progress, httplib::DataSink& sink) {
+  // One step of a stream: waits briefly for the current job, writes what it has; false when the client left.
+  static bool write_events(StreamState& s, httplib::DataSink& sink) {
+    GenerationJob& job = *s.jobs[s.current];
+    StreamFormat& format = *s.formats[s.current];
     std::string out;
-    if (!progress.begun) {
+    if (!s.begun) {
       out += format.begin();
-      progress.begun = true;
+      s.begun = true;
     }
     GenerationJob::Update update;
     const bool done = job.wait(kPollInterval, update) == GenerationJob::State::Done;
     const bool expired = !done && Clock::now() >= job.deadline() && job.withdraw();
     out += format.update(update);
-    if (expired) out += sse_event(error_json(queue_timeout()));
-    else if (done && job.error()) out += sse_event(error_json(*job.error()));
-    else if (done) out += format.end(job.result());
-    if (done || expired) out += kSseDone;
-    if (out.empty() && Clock::now() - progress.last_write >= kKeepAliveInterval) out = ": keep-alive\n\n";
+    bool finished = false;  // the stream is over
+    if (expired || (done && job.error())) {
+      out += sse_event(error_json(expired ? queue_timeout() : *job.error()));
+      cancel_all(s.jobs);
+      finished = true;
+    } else if (done) {
+      out += format.end(job.result());
+      s.results.push_back(&job.result());
+      s.begun = false;
+      finished = ++s.current == s.jobs.size();
+      if (finished && s.usage_chunk) {
+        (*s.usage_chunk)["usage"] = usage_json(usage_of(s.results, s.per_prompt));
+        out += sse_event(*s.usage_chunk);
+      }
+    }
+    if (finished) out += kSseDone;
+    if (out.empty() && Clock::now() - s.last_write >= kKeepAliveInterval) out = ": keep-alive\n\n";
     if (!out.empty()) {
       if (!sink.write(out.data(), out.size())) {
-        job.cancel();
+        cancel_all(s.jobs);
         return false;
       }
-      progress.last_write = Clock::now();
+      s.last_write = Clock::now();
     }
-    if (done || expired) sink.done();
+    if (finished) sink.done();
     return true;
   }
 };

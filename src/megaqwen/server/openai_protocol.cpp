@@ -216,8 +216,7 @@ GenerationOptions parse_generation_options(const ordered_json& body, const Model
     }
   }
 
-  if (auto n = integer_field(body, "n", 1, kMaxTokensLimit, "n"); n && *n != 1)
-    throw invalid_request("only n = 1 is supported", "n");
+  if (auto n = integer_field(body, "n", 1, kMaxChoices, "n")) o.n = int(*n);
   o.json_grammar = parse_response_format(body);
   return o;
 }
@@ -437,26 +436,49 @@ CompletionRequest parse_completion_request(const ordered_json& body, const Model
   // Generating nothing only makes sense when the prompt comes back (scored, with logprobs).
   if (r.options.max_tokens == 0 && !r.echo)
     throw invalid_request("'max_tokens' must be at least 1 (0 only with 'echo': true)", "max_tokens");
-  if (auto best_of = integer_field(body, "best_of", 0, kMaxTokensLimit, "best_of"); best_of && *best_of > 1)
-    throw invalid_request("best_of > 1 is not supported", "best_of");
+  if (auto best_of = integer_field(body, "best_of", 1, kMaxChoices, "best_of")) {
+    r.best_of = int(*best_of);
+    if (r.best_of < r.options.n)
+      throw invalid_request(fmt::format("'best_of' ({}) must be at least 'n' ({})", r.best_of, r.options.n), "best_of");
+    if (r.best_of > 1 && r.options.stream)
+      throw invalid_request("best_of > 1 cannot be streamed (the best are known only at the end)", "best_of");
+  }
   if (auto suffix = string_field(body, "suffix", "suffix"); suffix && !suffix->empty())
     throw invalid_request("suffix is not supported", "suffix");
 
   const ordered_json* prompt = field(body, "prompt");
   if (!prompt) throw invalid_request("'prompt' is required", "prompt");
-  // A one-element batch is the same as its element; larger batches need n prompts at once.
-  const ordered_json* one = prompt;
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    one = &(*prompt)[0];
-  if (one->is_string()) {
-    r.prompt_text = one->get<std::string>();
-    if (r.prompt_text->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
-  } else if (one->is_array() && !one->empty()) {
-    r.prompt_ids = token_ids(*one, model, "prompt");
+  const auto one_prompt = [&](const ordered_json& p, const std::string& path) {
+    CompletionPrompt c;
+    if (p.is_string()) {
+      c.text = p.get<std::string>();
+      if (c.text->empty()) throw invalid_request(fmt::format("'{}' must not be empty", path), path);
+    } else if (p.is_array() && !p.empty()) {
+      c.ids = token_ids(p, model, path);
+    } else {
+      throw invalid_request(fmt::format("'{}' must be a non-empty string or array of token ids", path), path);
+    }
+    return c;
+  };
+  // A string or an array of ids is one prompt; an array of those is a batch.
+  const bool batch = prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array());
+  if (!batch) {
+    r.prompts.push_back(one_prompt(*prompt, "prompt"));
   } else {
-    throw invalid_request("'prompt' must be a non-empty string or array of token ids (batches are not supported)",
-                          "prompt");
+    for (size_t i = 0; i < prompt->size(); ++i) {
+      const ordered_json& p = (*prompt)[i];
+      const std::string path = fmt::format("prompt[{}]", i);
+      if (!p.is_string() && !p.is_array())
+        throw invalid_request(fmt::format("'{}' must be a string or array of token ids, as the batch's first", path),
+                              path);
+      r.prompts.push_back(one_prompt(p, path));
+    }
   }
+  if (r.generations() > kMaxChoices)
+    throw invalid_request(fmt::format("{} prompts x {} generations each is more than the {} generations a request "
+                                      "may ask for",
+                                      r.prompts.size(), std::max(r.best_of, r.options.n), kMaxChoices),
+                          r.prompts.size() > 1 ? "prompt" : r.best_of > 1 ? "best_of" : "n");
   return r;
 }
 
@@ -599,8 +621,8 @@ ordered_json completion_logprobs_json(std::optional<int32_t> unscored, std::span
           {"text_offset", std::move(offsets)}};
 }
 
-ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
-                                  const Usage& usage, ordered_json logprobs) {
+ordered_json chat_choice_json(size_t index, const ReplyDelta& reply, const std::string& finish,
+                              ordered_json logprobs) {
   ordered_json message = {{"role", "assistant"}};
   // With tool calls and no text besides, content is null as OpenAI returns it.
   std::string content = reply.content;
@@ -611,24 +633,28 @@ ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& rep
     message["tool_calls"] = tool_calls_json(reply.tool_calls, 0);
     for (auto& call : message["tool_calls"]) call.erase("index");  // "index" belongs to stream deltas only
   }
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"logprobs", std::move(logprobs)},
+          {"finish_reason", finish}};
+}
+
+ordered_json chat_completion_json(const ResponseHeader& h, ordered_json choices, const Usage& usage) {
   return {{"id", h.id},
           {"object", "chat.completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", ordered_json::array({{{"index", 0},
-                                            {"message", std::move(message)},
-                                            {"logprobs", std::move(logprobs)},
-                                            {"finish_reason", finish}}})},
+          {"choices", std::move(choices)},
           {"usage", usage_json(usage)}};
 }
 
-ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
-                             bool usage_null, ordered_json logprobs) {
+ordered_json chat_chunk_json(const ResponseHeader& h, size_t index, ordered_json delta,
+                             const std::optional<std::string>& finish, bool usage_null, ordered_json logprobs) {
   ordered_json chunk = {{"id", h.id},
                         {"object", "chat.completion.chunk"},
                         {"created", h.created},
                         {"model", h.model},
-                        {"choices", ordered_json::array({{{"index", 0},
+                        {"choices", ordered_json::array({{{"index", index},
                                                           {"delta", std::move(delta)},
                                                           {"logprobs", std::move(logprobs)},
                                                           {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};
@@ -642,26 +668,27 @@ ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, 
           {"choices", ordered_json::array()}, {"usage", usage_json(usage)}};
 }
 
-ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                             const Usage& usage, ordered_json logprobs) {
+ordered_json completion_choice_json(size_t index, const std::string& text, const std::string& finish,
+                                    ordered_json logprobs) {
+  return {{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+}
+
+ordered_json completion_json(const ResponseHeader& h, ordered_json choices, const Usage& usage) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", ordered_json::array({{{"index", 0},
-                                            {"text", text},
-                                            {"logprobs", std::move(logprobs)},
-                                            {"finish_reason", finish}}})},
+          {"choices", std::move(choices)},
           {"usage", usage_json(usage)}};
 }
 
-ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
+ordered_json completion_chunk_json(const ResponseHeader& h, size_t index, const std::string& text,
                                    const std::optional<std::string>& finish, bool usage_null, ordered_json logprobs) {
   ordered_json chunk = {{"id", h.id},
                         {"object", "text_completion"},
                         {"created", h.created},
                         {"model", h.model},
-                        {"choices", ordered_json::array({{{"index", 0},
+                        {"choices", ordered_json::array({{{"index", index},
                                                           {"text", text},
                                                           {"logprobs", std::move(logprobs)},
                                                           {"finish_reason", finish ? ordered_json(*finish) : ordered_json()}}})}};

@@ -4,12 +4,12 @@
 //
 // Every field the server reads is checked for type and range; a violation is an ApiError 400 naming
 // the field. Fields it does not know are ignored, as OpenAI-compatible servers commonly do; fields it
-// knows but cannot honour (n > 1, best_of > 1, suffix, image parts) are refused rather than silently
-// dropped.
+// knows but cannot honour (suffix, image parts) are refused rather than silently dropped.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -50,7 +50,14 @@ struct GenerationOptions {
   std::vector<LogitBias> logit_bias;       // OpenAI's logit_bias: token id -> bias in [-100, 100]
   // response_format json_object / json_schema: the JSON the reply must be; null: free text.
   std::shared_ptr<const JsonGrammar> json_grammar;
+  // Choices to generate (OpenAI's n), one after another; choice i samples with seed + i, so a seeded
+  // request gives the same n choices every time and they differ from one another.
+  int n = 1;
 };
+
+// The most generations one request may ask for: choices (n), best_of candidates, times the prompts
+// of a completions batch (the server also needs room for them all in its queue).
+inline constexpr int kMaxChoices = 64;
 
 enum class ToolChoice { None, Auto, Required, Function };
 
@@ -64,11 +71,20 @@ struct ChatCompletionRequest {
   bool parallel_tool_calls = true;         // false: the reply holds at most one call (generation ends after it)
 };
 
+// One prompt of a completions request: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;  // one of these two
+  std::vector<int32_t> ids;
+};
+
 struct CompletionRequest {
   GenerationOptions options;
   bool echo = false;                       // the reply's text starts with the prompt
-  std::optional<std::string> prompt_text;  // one of these two
-  std::vector<int32_t> prompt_ids;
+  std::vector<CompletionPrompt> prompts;   // one, or a batch: choice j of prompt p has index p * n + j
+  // Candidates generated per prompt (best_of, at least n; not streamed): the n with the highest mean
+  // token logprob are returned, best first.
+  int best_of = 1;
+  int generations() const { return int(prompts.size()) * std::max(best_of, options.n); }
 };
 
 // The body as a JSON object; 400 on bad JSON (which includes invalid UTF-8) or a non-object.
@@ -141,18 +157,23 @@ ordered_json chat_logprobs_json(std::span<const TokenLogprob> entries, const Tok
 ordered_json completion_logprobs_json(std::optional<int32_t> unscored, std::span<const TokenLogprob> entries,
                                       const TokenNames& names, size_t& offset);
 
-// The whole reply of a non-streamed chat completion; `logprobs` null or chat_logprobs_json.
-ordered_json chat_completion_json(const ResponseHeader& h, const ReplyDelta& reply, const std::string& finish,
-                                  const Usage& usage, ordered_json logprobs = nullptr);
-// One streamed chunk; `delta` as OpenAI's delta object. usage_null adds "usage": null (include_usage).
-ordered_json chat_chunk_json(const ResponseHeader& h, ordered_json delta, const std::optional<std::string>& finish,
-                             bool usage_null, ordered_json logprobs = nullptr);
+// One choice of a non-streamed chat completion; `logprobs` null or chat_logprobs_json.
+ordered_json chat_choice_json(size_t index, const ReplyDelta& reply, const std::string& finish,
+                              ordered_json logprobs = nullptr);
+// The whole reply of a non-streamed chat completion: its choices (chat_choice_json, by index) and usage.
+ordered_json chat_completion_json(const ResponseHeader& h, ordered_json choices, const Usage& usage);
+// One streamed chunk of choice `index`; `delta` as OpenAI's delta object. usage_null adds "usage":
+// null (include_usage).
+ordered_json chat_chunk_json(const ResponseHeader& h, size_t index, ordered_json delta,
+                             const std::optional<std::string>& finish, bool usage_null,
+                             ordered_json logprobs = nullptr);
 // The final usage-only chunk of a stream with include_usage (choices empty).
 ordered_json usage_chunk_json(const ResponseHeader& h, std::string_view object, const Usage& usage);
 
-ordered_json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                             const Usage& usage, ordered_json logprobs = nullptr);
-ordered_json completion_chunk_json(const ResponseHeader& h, const std::string& text,
+ordered_json completion_choice_json(size_t index, const std::string& text, const std::string& finish,
+                                    ordered_json logprobs = nullptr);
+ordered_json completion_json(const ResponseHeader& h, ordered_json choices, const Usage& usage);
+ordered_json completion_chunk_json(const ResponseHeader& h, size_t index, const std::string& text,
                                    const std::optional<std::string>& finish, bool usage_null,
                                    ordered_json logprobs = nullptr);
 

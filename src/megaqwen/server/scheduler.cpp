@@ -15,11 +15,13 @@ Scheduler::Scheduler(Engine& engine, size_t max_queued, std::function<void(const
 
 Scheduler::~Scheduler() { stop(); }
 
-bool Scheduler::submit(std::shared_ptr<GenerationJob> job) {
+bool Scheduler::submit(std::shared_ptr<GenerationJob> job) { return submit(std::vector{std::move(job)}); }
+
+bool Scheduler::submit(const std::vector<std::shared_ptr<GenerationJob>>& jobs) {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ || queue_.size() >= max_queued_) return false;
-    queue_.push_back(std::move(job));
+    if (stopping_ || queue_.size() + jobs.size() > max_queued_) return false;
+    queue_.insert(queue_.end(), jobs.begin(), jobs.end());
   }
   wake_.notify_one();
   return true;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/engine/prompt_cache.h"
@@ -29,6 +30,9 @@ class Scheduler {
 
   // Queues the job; false when the queue is full (or the scheduler stopped).
   bool submit(std::shared_ptr<GenerationJob> job);
+  // Queues the jobs one after another (a request's n choices: they run back to back, so each after the
+  // first finds the prompt in the cache), all or none: false when the queue cannot take them all.
+  bool submit(const std::vector<std::shared_ptr<GenerationJob>>& jobs);
   size_t queued() const;
   size_t running() const;
   PromptCacheStats prompt_cache_stats() const { return prompt_cache_.stats(); }

@@ -164,8 +164,8 @@ std::vector<int32_t> chat_prompt_tokens(const ServedModel& served, const ChatCom
   return served.tokenizer.encode(render_chat(served, r, false));
 }
 
-std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& r) {
-  std::vector<int32_t> tokens = r.prompt_text ? served.tokenizer.encode(*r.prompt_text) : r.prompt_ids;
+std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionPrompt& p) {
+  std::vector<int32_t> tokens = p.text ? served.tokenizer.encode(*p.text) : p.ids;
   if (tokens.empty()) throw invalid_request("the prompt is empty after tokenization", "prompt");
   check_fits(served, tokens.size());
   return tokens;

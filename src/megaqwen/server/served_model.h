@@ -53,7 +53,7 @@ ChatPrompt build_chat_prompt(const ServedModel& served, const ChatCompletionRequ
 // conversation alone; no context check.
 std::vector<int32_t> chat_prompt_tokens(const ServedModel& served, const ChatCompletionRequest& request,
                                         bool add_generation_prompt);
-std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionRequest& request);
+std::vector<int32_t> build_completion_prompt(const ServedModel& served, const CompletionPrompt& prompt);
 
 // The GenerationRequest both endpoints hand to the scheduler. `chat`: the chat prompt's thinking,
 // which a response_format's constraint leaves free.
