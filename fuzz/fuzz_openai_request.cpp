@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const CompletionRequest r = parse_completion_request(body, limits());
     check_options(r.options);
-    if (r.prompts.empty() || r.generations() > kMaxChoices || r.best_of < r.options.n) std::abort();
+    if (r.prompts.empty() || r.generations() > kMaxChoices || (r.best_of > 1 && r.best_of < r.options.n))
+      std::abort();
     if (r.best_of > 1 && r.options.stream) std::abort();
     for (const CompletionPrompt& p : r.prompts) {
       if (p.text.has_value() == !p.ids.empty() || (p.text && p.text->empty())) std::abort();

@@ -1,6 +1,6 @@
 // megaqwen chat: an interactive multi-turn chat in the terminal. Streams the answer, shows thinking
-// dimmed, reuses the KV cache of earlier turns, and takes commands (/think, /no_think, /reset,
-// /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
+// dimmed, reuses the KV cache of earlier turns, and takes commands (/help lists them: /think,
+// /no_think, /reset, /undo, /regen, /system TEXT, /save FILE, /load FILE, /stats, /quit). A saved conversation is OpenAI's request
 // shape, {"messages": [...]}, so it can also be sent to `megaqwen serve` or any such server;
 // --prompt-cache FILE keeps the KV cache too, so a resumed conversation is not prefilled again. Ctrl-C
 // stops the current answer, not the program. A message spans lines when a line ends in a backslash
@@ -43,6 +43,18 @@ struct ChatArgs {
   int max_tokens = 2048;
   bool no_think = false, plain = false, no_trim = false;
 };
+
+constexpr const char* kHelp =
+    "  /think, /no_think   thinking on or off for the next answers\n"
+    "  /reset              start over (the system prompt stays)\n"
+    "  /undo               remove the last question and its answer\n"
+    "  /regen              answer the last question again (with the next seed)\n"
+    "  /system TEXT        set the system prompt (no TEXT: clear it) and start over\n"
+    "  /save FILE          save the conversation as OpenAI messages JSON\n"
+    "  /load FILE          continue a saved conversation\n"
+    "  /stats              tokens in the context, speed of the last answer\n"
+    "  /quit               leave (also Ctrl-D)\n"
+    "  A message spans lines when a line ends in \\ or when it is fenced with \"\"\".\n";
 
 // Reads one line: libedit with history on a terminal, plain getline otherwise.
 bool read_line(bool interactive, const char* prompt, std::string& line) {
@@ -206,8 +218,8 @@ void run_chat(const ChatArgs& a) {
   const bool interactive = isatty(STDIN_FILENO) && !a.plain;
   const bool color = isatty(STDOUT_FILENO) && !a.plain;
   if (interactive)
-    std::printf("megaqwen chat on %s (%s). /think /no_think /reset /system TEXT /save FILE /load FILE /stats "
-                "/quit; \"\"\" or a trailing \\ for several lines; Ctrl-C stops an answer.\n",
+    std::printf("megaqwen chat on %s (%s). /help for commands; \"\"\" or a trailing \\ for several lines; "
+                "Ctrl-C stops an answer.\n",
                 engine->device_name().c_str(), model->dir.string().c_str());
 
   struct sigaction sa {};
@@ -215,10 +227,31 @@ void run_chat(const ChatArgs& a) {
   sigemptyset(&sa.sa_mask);
   struct sigaction previous {};
 
+  uint64_t seed_offset = 0;  // added to --seed: one more per /regen
   std::string line;
   while (read_message(interactive, line)) {
     if (line.empty()) continue;
     if (line == "/quit" || line == "/exit") break;
+    if (line == "/help" || line == "/?") {
+      std::fputs(kHelp, stdout);
+      continue;
+    }
+    if (line == "/undo") {
+      const std::optional<std::string> removed = session.undo();
+      std::printf(removed ? "[removed the last exchange]\n" : "[nothing to undo]\n");
+      continue;
+    }
+    if (line == "/regen") {
+      // The last message again. Draws are keyed by (seed, position), so the same prompt with the same
+      // seed would give the same answer: every /regen moves the seed on by one (greedy stays greedy).
+      const std::optional<std::string> removed = session.undo();
+      if (!removed) {
+        std::printf("[nothing to regenerate]\n");
+        continue;
+      }
+      line = *removed;
+      ++seed_offset;
+    }
     if (line == "/think" || line == "/no_think") {
       session.set_thinking(line == "/think");
       std::printf("[thinking %s]\n", session.thinking() ? "on" : "off");
@@ -259,12 +292,13 @@ void run_chat(const ChatArgs& a) {
       continue;
     }
     if (line[0] == '/' && line.find(' ') == std::string::npos) {
-      std::printf("[unknown command %s]\n", line.c_str());
+      std::printf("[unknown command %s; /help lists them]\n", line.c_str());
       continue;
     }
 
     SamplingParams defaults_for_mode = session.thinking() ? qwen_thinking_sampling() : qwen_non_thinking_sampling();
     SamplingParams sampling = a.sampling.resolve(defaults_for_mode);
+    sampling.seed += seed_offset;
     ReplyPrinter printer(color);
     g_interrupted = false;
     sigaction(SIGINT, &sa, &previous);

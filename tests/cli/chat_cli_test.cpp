@@ -80,6 +80,37 @@ TEST_F(ChatCli, GreedyChatIsReproducibleAndResetStartsOver) {
   EXPECT_EQ(a.substr(reset + 21, first.size()), first);
 }
 
+// /undo drops the last exchange (the saved conversation shows it); /regen asks the last question again
+// with the next seed: a sampled answer changes, a greedy one does not.
+TEST_F(ChatCli, UndoAndRegenerate) {
+  const std::string saved = (dir() / "undo.json").string();
+  const std::string out = chat("/undo\n/regen\nFirst\nSecond\n/undo\n/save " + saved + "\n/help\n",
+                               "-n 4 --greedy --device cpu");
+  EXPECT_NE(out.find("[nothing to undo]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[nothing to regenerate]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[removed the last exchange]"), std::string::npos) << out;
+  EXPECT_NE(out.find("/regen"), std::string::npos) << out;  // the help text
+  const auto messages = nlohmann::json::parse(slurp(saved))["messages"];
+  ASSERT_EQ(messages.size(), 2u) << messages.dump();
+  EXPECT_EQ(messages[0]["content"], "First");
+  EXPECT_EQ(messages[1]["role"], "assistant");
+
+  // The answer before and after /regen, read from /save (a reply may itself hold newlines).
+  const auto answers = [&](const std::string& flags) {
+    const std::string a = (dir() / "a.json").string(), b = (dir() / "b.json").string();
+    chat("Tell me a story\n/save " + a + "\n/regen\n/save " + b + "\n", flags);
+    const auto before = nlohmann::json::parse(slurp(a))["messages"], after = nlohmann::json::parse(slurp(b))["messages"];
+    EXPECT_EQ(before.size(), 2u);
+    EXPECT_EQ(after.size(), 2u);  // replaced, not added
+    EXPECT_EQ(after[0]["content"], "Tell me a story");
+    return std::pair(before[1]["content"].get<std::string>(), after[1]["content"].get<std::string>());
+  };
+  const auto [sampled_before, sampled_after] = answers("-n 8 --temp 1.5 --no-think --device cpu");
+  EXPECT_NE(sampled_before, sampled_after);  // 8 tokens drawn at temperature 1.5 from a 151k vocabulary
+  const auto [greedy_before, greedy_after] = answers("-n 8 --greedy --no-think --device cpu");
+  EXPECT_EQ(greedy_before, greedy_after);
+}
+
 TEST_F(ChatCli, OverlongMessageIsReportedAndTheSessionGoesOn) {
   std::string longline(3000, 'x');
   const std::string out = chat(longline + "\nhi\n/stats\n", "-n 3 --greedy --ctx 64 --device cpu");

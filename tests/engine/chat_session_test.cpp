@@ -57,6 +57,31 @@ class ChatSessionTest : public ::testing::Test {
 };
 std::filesystem::path* ChatSessionTest::dir_ = nullptr;
 
+TEST_F(ChatSessionTest, UndoRemovesTheLastExchangeAndKeepsTheCache) {
+  auto model = load_model(dir_->string());
+  CpuEngine engine(model, {.context = 512, .threads = 2});
+  ChatSession chat(engine, Tokenizer::load(*dir_), ChatTemplate::load(*dir_), {151645, 151643});
+  chat.set_system_prompt("You are terse.");
+  EXPECT_EQ(chat.undo(), std::nullopt);  // the system prompt is no exchange
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  chat.send("Hello!", greedy, 6, {});
+  chat.send("And again?", greedy, 6, {});
+  EXPECT_EQ(chat.undo(), "And again?");
+  ASSERT_EQ(chat.messages().size(), 3u);  // system, user, assistant
+  EXPECT_EQ(chat.messages()[1]["content"], "Hello!");
+  // Sent again, the question finds the first exchange in the cache and gets the same greedy answer.
+  const AssistantReply redo = chat.send("And again?", greedy, 6, {});
+  EXPECT_GT(chat.last_turn().reused_tokens, 10);
+  EXPECT_EQ(chat.undo(), "And again?");
+  const AssistantReply again = chat.send("And again?", greedy, 6, {});
+  EXPECT_EQ(again.content, redo.content);
+  EXPECT_EQ(chat.undo(), "And again?");
+  EXPECT_EQ(chat.undo(), "Hello!");
+  EXPECT_EQ(chat.messages().size(), 1u);
+  EXPECT_EQ(chat.undo(), std::nullopt);
+}
+
 TEST_F(ChatSessionTest, LaterTurnsOnlyPrefillTheNewPart) {
   auto model = load_model(dir_->string());
   CpuEngine engine(model, {.context = 512, .threads = 2});

@@ -68,6 +68,16 @@ void ChatSession::reset() {
   // The cache is kept: the next prompt shares its system-prompt prefix, which the generator reuses.
 }
 
+std::optional<std::string> ChatSession::undo() {
+  for (size_t i = messages_.size(); i-- > 0;) {
+    if (messages_[i]["role"] != "user") continue;
+    std::string text = messages_[i]["content"].get<std::string>();
+    messages_.erase(messages_.begin() + ptrdiff_t(i), messages_.end());
+    return text;
+  }
+  return std::nullopt;
+}
+
 void ChatSession::load_messages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array()) fail("the saved conversation must be a JSON array of messages, got {}", messages.type_name());
   nlohmann::ordered_json loaded = nlohmann::ordered_json::array();

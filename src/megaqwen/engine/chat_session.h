@@ -39,6 +39,10 @@ class ChatSession {
 
   void set_system_prompt(std::optional<std::string> text);  // also starts a new conversation
   void reset();                                             // forget the conversation (keeps the system prompt)
+  // Removes the last exchange (the last user message and the replies after it) and returns that
+  // message's text, to edit or send again; nullopt when the conversation holds none. The cache is
+  // kept: the next turn reuses the prefix the shorter conversation shares with it.
+  std::optional<std::string> undo();
   void set_thinking(bool on) { thinking_ = on; }
   bool thinking() const { return thinking_; }
   // With trimming on (the default), a turn whose prompt would leave the reply less than
