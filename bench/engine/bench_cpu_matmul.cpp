@@ -1,6 +1,6 @@
 // The CPU engine's matmul (cpu::matmul) at Qwen3-0.6B's shapes (Google Benchmark): one token (the
 // decode GEMV, bound by reading the bf16 weights) and 128 / 512 tokens (prefill chunks, bound by the FMAs),
-// on one thread and on all.
+// on one thread and on all; and the prefill shapes on the AMX tile units (--bf16-prefill).
 // Counters: FLOP/s (2 x rows x cols x tokens) and the weight bytes read per second.
 //
 //   build/bench/engine/bench_cpu_matmul --benchmark_min_time=1
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/util/bf16.h"
 #include "megaqwen/util/thread_pool.h"
@@ -40,19 +41,26 @@ Problem make_problem(int64_t rows, int64_t cols, int64_t tokens) {
   p.in.resize(size_t(tokens * cols));
   for (auto& x : p.in) x = normal(rng) * 50.0f;
   p.out.resize(size_t(tokens * rows));
-  p.name = "w";
+  p.name.assign(1, 'w');  // (assigning "w" trips a false -Wrestrict in GCC 12)
   p.w = {.data = reinterpret_cast<const uint8_t*>(p.weights.data()), .dtype = DType::BF16, .rows = rows,
          .cols = cols, .name = &p.name};
   return p;
 }
 
+using MatmulFn = void (*)(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&);
+
 // Args: rows, cols, tokens, threads (1, or 0 for one per hardware thread).
+template <MatmulFn kMatmul>
 void BM_Matmul(benchmark::State& state) {
+  if (kMatmul == &cpu::matmul_amx_bf16 && !cpu::amx_available()) {
+    state.SkipWithError("no AMX here");
+    return;
+  }
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   ThreadPool& threads = pool(int(state.range(3)));
   Problem p = make_problem(rows, cols, tokens);
   for (auto _ : state) {
-    cpu::matmul(p.w, p.in.data(), tokens, p.out.data(), threads);
+    kMatmul(p.w, p.in.data(), tokens, p.out.data(), threads);
     benchmark::DoNotOptimize(p.out.data());
   }
   const double iterations = double(state.iterations());
@@ -63,12 +71,22 @@ void BM_Matmul(benchmark::State& state) {
   state.SetLabel(std::to_string(threads.size()) + " threads");
 }
 // q_proj 2048x1024, gate/up 3072x1024, down 1024x3072; tokens 1 (decode), 128 and 512 (prefill chunks).
-BENCHMARK(BM_Matmul)
+BENCHMARK(BM_Matmul<cpu::matmul>)
+    ->Name("BM_Matmul")
     ->ArgNames({"rows", "cols", "tokens", "threads"})
     ->ArgsProduct({{2048}, {1024}, {1}, {1, 0}})
     ->ArgsProduct({{151936}, {1024}, {1}, {1, 0}})
     ->ArgsProduct({{3072}, {1024}, {1, 128, 512}, {1, 0}})
     ->ArgsProduct({{1024}, {3072}, {1, 128, 512}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// --bf16-prefill's products on the AMX tile units (skipped where there are none).
+BENCHMARK(BM_Matmul<cpu::matmul_amx_bf16>)
+    ->Name("BM_MatmulAmxBf16")
+    ->ArgNames({"rows", "cols", "tokens", "threads"})
+    ->ArgsProduct({{3072}, {1024}, {128, 512}, {1, 0}})
+    ->ArgsProduct({{1024}, {3072}, {128, 512}, {1, 0}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -107,7 +107,7 @@ void print_logprobs(const GenerationResult& r, const std::optional<Tokenizer>& t
 
 void run_generate(const GenerateArgs& a) {
   if (int(!a.prompt.empty()) + int(!a.ids.empty()) + int(!a.prompt_file.empty()) != 1)
-    fail("give exactly one of --prompt TEXT, --file FILE or --ids \"1 2 3\"");
+    fail("give exactly one of --prompt TEXT, --file FILE or --ids \"1 2 3\" (an empty --prompt is none)");
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
   auto model = a.model.load();
   // Text needs the tokenizer; ids work without one (then ids are printed).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/hf_fixture.h"
+#include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/model/model.h"
@@ -176,6 +177,41 @@ TEST_F(CpuEngineTest, Bf16MatmulInputsRoundEveryProductInput) {
   for (size_t pos = 0; pos < prompt.size(); ++pos) worst = std::max(worst, relative_max_error(row(b, pos), row(a, pos)));
   EXPECT_GT(worst, 1e-5) << "the option changed nothing";
   EXPECT_LT(worst, 3e-2);
+}
+
+// bf16_prefill (--bf16-prefill) multiplies prefill's products on AMX: the products of
+// bf16_matmul_inputs summed in another order, so its logits lie within fp32 rounding of that engine's,
+// and decode (one token: the fp32 GEMV) is untouched. Without AMX the option changes nothing at all.
+TEST_F(CpuEngineTest, Bf16PrefillOnAmxMatchesTheBf16InputProducts) {
+  const auto prompt = std::span(ids_).first(40);
+  CpuEngine plain(model_, {.context = 64, .threads = 2});
+  CpuEngine amx(model_, {.context = 64, .threads = 2, .bf16_prefill = true});
+  std::vector<float> a, b;
+  plain.prefill_all_logits(prompt, a);
+  amx.prefill_all_logits(prompt, b);
+  std::string why;
+  if (!cpu::amx_available(&why)) {
+    EXPECT_EQ(amx.device_name(), plain.device_name());
+    ASSERT_EQ(a, b) << "without AMX the option must change nothing";
+    GTEST_SKIP() << why;
+  }
+  EXPECT_NE(amx.device_name().find("bf16 prefill on AMX"), std::string::npos) << amx.device_name();
+  CpuEngine rounded(model_, {.context = 64, .threads = 2, .bf16_matmul_inputs = true});
+  std::vector<float> c;
+  rounded.prefill_all_logits(prompt, c);
+  double to_rounded = 0, to_plain = 0;
+  for (size_t pos = 0; pos < prompt.size(); ++pos) {
+    to_rounded = std::max(to_rounded, relative_max_error(row(b, pos), row(c, pos)));
+    to_plain = std::max(to_plain, relative_max_error(row(b, pos), row(a, pos)));
+  }
+  EXPECT_LT(to_rounded, 1e-3);
+  EXPECT_GT(to_plain, 1e-5) << "the AMX path did not run";
+  EXPECT_LT(to_plain, 3e-2);
+  // A decoded token multiplies one row at a time: the same fp32 GEMV as the plain engine, on a cache
+  // that the prefill's rounding moved only slightly.
+  const std::span<const float> decoded = plain.decode(ids_[40]);
+  const std::vector<float> next_plain(decoded.begin(), decoded.end());
+  EXPECT_LT(relative_max_error(amx.decode(ids_[40]), next_plain), 3e-2);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // processor has: shapes around the kernels' edges (a 32-row panel, the 256-value k blocks, the
 // 4 / 6 / 12-token micro-tiles, odd column counts), each weight dtype, outputs poisoned with NaN so
 // an unwritten element shows. The FMA levels must agree bit for bit, and threads must not matter.
+// Also the AMX products of --bf16-prefill (cpu_amx_matmul.h), where the processor has them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/engine/cpu_simd.h"
 #include "megaqwen/util/bf16.h"
+#include "megaqwen/util/error.h"
 #include "megaqwen/util/thread_pool.h"
 
 namespace megaqwen {
@@ -153,12 +156,54 @@ TEST(CpuMatmul, LevelIsClampedToWhatTheProcessorHas) {
   EXPECT_EQ(cpu::simd_level(), SimdLevel::kGeneric);
 }
 
+// --bf16-prefill's AMX products: against the exact sum of the bf16-rounded input times the weights
+// (the products are exact; only fp32 summation errs, within the same 1e-5 of the terms' magnitude),
+// at shapes around the tiles' edges: 16 / 32 tokens, 16 / 32 rows, 32 values of k per tile step, odd
+// and short K, panels past the matrix's end. Outputs poisoned with NaN; threads must not matter.
+TEST(CpuAmxMatmul, MatchesExactProductsOfTheRoundedInput) {
+  std::string why;
+  if (!cpu::amx_available(&why)) GTEST_SKIP() << why;
+  ThreadPool pool(2), one(1);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t rows : {1, 16, 31, 32, 33, 100})
+    for (int64_t cols : {1, 2, 3, 31, 32, 33, 64, 1000, 1030})
+      for (int64_t tokens : {2, 15, 16, 17, 32, 33, 70}) {
+        const Matrix m = random_matrix(rows, cols, DType::BF16, rng);
+        std::vector<float> in(size_t(tokens * cols)), rounded(in.size());
+        for (size_t i = 0; i < in.size(); ++i) {
+          in[i] = normal(rng);
+          rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+        }
+        std::vector<float> out(size_t(tokens * rows), std::numeric_limits<float>::quiet_NaN());
+        cpu::matmul_amx_bf16(m.w, in.data(), tokens, out.data(), pool);
+        const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " tokens " + std::to_string(tokens);
+        expect_close(m, rounded, tokens, out, what);
+        std::vector<float> alone(out.size(), std::numeric_limits<float>::quiet_NaN());
+        cpu::matmul_amx_bf16(m.w, in.data(), tokens, alone.data(), one);
+        ASSERT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0) << what;
+      }
+}
+
+TEST(CpuAmxMatmul, RefusesWhatItCannotRun) {
+  std::string why;
+  if (!cpu::amx_available(&why)) {
+    EXPECT_FALSE(why.empty());  // says why not
+    GTEST_SKIP() << why;
+  }
+  ThreadPool pool(1);
+  std::mt19937 rng(1);
+  const Matrix f32 = random_matrix(4, 8, DType::F32, rng);
+  std::vector<float> in(16, 1.0f), out(8);
+  EXPECT_THROW(cpu::matmul_amx_bf16(f32.w, in.data(), 2, out.data(), pool), Error);
+}
+
 // The plain vectorized loops (cpu::dot, axpy, the norms; MQ_VECTOR_CLONES) must run their AVX2+FMA
 // clone wherever the processor has AVX2 and FMA. A fused multiply-add shows: lane 0 of dot adds
 // x * y = 1 + 2^-11 + 2^-24 to -(1 + 2^-11); rounding the product first (the SSE2 default) loses
 // the 2^-24. The clones were once picked by CPU model and every AMD machine ran the default.
 TEST(CpuVectorClones, ProcessorsWithFmaRunTheFmaClone) {
-#if defined(__x86_64__) && !defined(__clang__)
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
   std::vector<float> a(32, 0.0f), b(32, 0.0f);
@@ -166,7 +211,7 @@ TEST(CpuVectorClones, ProcessorsWithFmaRunTheFmaClone) {
   a[16] = b[16] = 1.0f + 0x1p-12f;  // the same lane as element 0 in every lane layout up to 16 wide
   EXPECT_EQ(cpu::dot(a.data(), b.data(), 32), 0x1p-24f) << "cpu::dot rounded the product: the SSE2 clone ran";
 #else
-  GTEST_SKIP() << "vector clones are built with GCC on x86-64 only";
+  GTEST_SKIP() << "vector clones are built with GCC on x86-64 only, not under ThreadSanitizer";
 #endif
 }
 

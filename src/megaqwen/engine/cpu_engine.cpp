@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/model/rope.h"
 #include "megaqwen/util/error.h"
@@ -23,7 +24,7 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
     : model_(std::move(model)),
       pool_(options.threads),
       bf16_kv_cache_(options.bf16_kv_cache),
-      bf16_matmul_inputs_(options.bf16_matmul_inputs) {
+      products_(CpuProducts::from(options)) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -36,15 +37,25 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
   logits_.resize(size_t(c.vocab_size));
 }
 
-std::string cpu_device_name(size_t threads, bool bf16_kv_cache) {
-  return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16)" : ")");
+CpuProducts CpuProducts::from(const CpuEngineOptions& options) {
+  return {.bf16_inputs = options.bf16_matmul_inputs, .amx_prefill = options.bf16_prefill && cpu::amx_available()};
 }
 
-void CpuEngine::project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
-  bf16_matmul_inputs_ ? cpu::matmul_bf16_input(w, in, tokens, out, pool_) : cpu::matmul(w, in, tokens, out, pool_);
+void CpuProducts::run(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) const {
+  if (amx_prefill && tokens > 1 && w.dtype == DType::BF16)
+    cpu::matmul_amx_bf16(w, in, tokens, out, pool);
+  else if (bf16_inputs)
+    cpu::matmul_bf16_input(w, in, tokens, out, pool);
+  else
+    cpu::matmul(w, in, tokens, out, pool);
 }
 
-std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products) {
+  return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16" : "") +
+         (products.amx_prefill ? ", bf16 prefill on AMX" : "") + ")";
+}
+
+std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_, products_); }
 
 std::span<const float> CpuEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");

@@ -23,10 +23,24 @@ struct CpuEngineOptions {
   // Round every matrix product's input to bf16 (the CUDA prefill with split_activations off rounds
   // its GEMM inputs so). For the GPU tests only: decode rounds too, where the GPU's GEMVs do not.
   bool bf16_matmul_inputs = false;
+  // --bf16-prefill: products over several tokens (prefill, scoring) of bf16 weights run on the AMX
+  // tile units with the input rounded to bf16 (cpu_amx_matmul.h), where the processor has them;
+  // elsewhere this changes nothing. Decode stays fp32. Off by default: the engine is the fp32 oracle.
+  bool bf16_prefill = false;
 };
 
-// The CPU engines' device line: "cpu (N threads)", and what the cache rounds to when it is not fp32.
-std::string cpu_device_name(size_t threads, bool bf16_kv_cache);
+// How the CPU engines multiply: cpu::matmul; of the input rounded to bf16 (bf16_matmul_inputs); or,
+// over several tokens and with bf16 weights, on AMX (bf16_prefill, where available).
+struct CpuProducts {
+  bool bf16_inputs = false;
+  bool amx_prefill = false;
+  static CpuProducts from(const CpuEngineOptions& options);
+  void run(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) const;
+};
+
+// The CPU engines' device line: "cpu (N threads)", what the cache rounds to when it is not fp32, and
+// whether prefill runs on AMX.
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products);
 
 class CpuEngine final : public Engine {
  public:
@@ -55,13 +69,14 @@ class CpuEngine final : public Engine {
   // `all_logits` when given, and the last token's logits to logits_.
   void forward(std::span<const int32_t> tokens, float* all_logits);
   void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
-  // cpu::matmul, of the input rounded to bf16 when bf16_matmul_inputs_.
-  void project(const WeightMatrix& w, const float* in, int64_t tokens, float* out);
+  void project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
+    products_.run(w, in, tokens, out, pool_);
+  }
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
   bool bf16_kv_cache_ = false;
-  bool bf16_matmul_inputs_ = false;
+  CpuProducts products_;
   int context_ = 0;
   int position_ = 0;
   std::vector<float> inv_freq_;     // [D/2] RoPE frequencies

@@ -29,6 +29,7 @@
 #include "megaqwen/engine/cpu_ops.h"
 #include "megaqwen/engine/cpu_panel_product.h"
 #include "megaqwen/engine/cpu_simd.h"
+#include "megaqwen/engine/cpu_transpose16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -72,10 +73,10 @@ std::atomic<SimdLevel>& active_level() {
 // ---- prefill: packing ------------------------------------------------------------------------
 
 #if MQ_X86
-// 16 x 16 blocks widened and transposed in registers: loads of 16 bf16 from each of 16 rows, then
-// three rounds of shuffles (pairs of values, pairs of pairs, 128-bit lanes) leave column k of the
-// block in one register, stored as 16 consecutive floats of packed row k. Returns how many k it did
-// (K rounded down to 16); the caller packs the rest.
+// 16 x 16 blocks widened and transposed in registers (cpu_transpose16.h): loads of 16 bf16 from each
+// of 16 rows, then three rounds of shuffles leave column k of the block in one register, stored as 16
+// consecutive floats of packed row k. Returns how many k it did (K rounded down to 16); the caller
+// packs the rest.
 #pragma GCC diagnostic push
 // GCC 12 warns that the intrinsics' internal _mm512_undefined_* operands are uninitialized (they are
 // unused by design).
@@ -85,36 +86,12 @@ MQ_TARGET_AVX512 int64_t pack_bf16_avx512(const uint16_t* base, int64_t K, float
   for (int64_t k32 = 0; k32 < done; k32 += kPackKBlock)
     for (int64_t half = 0; half < 2; ++half)  // rows 0-15, then 16-31, each reading its lines whole
       for (int64_t k0 = k32; k0 < std::min(k32 + kPackKBlock, done); k0 += 16) {
-        __m512 r[16], t[16], u[16];
+        __m512 r[16];
         for (int j = 0; j < 16; ++j) {
           const auto* src = reinterpret_cast<const __m256i*>(base + (half * 16 + j) * K + k0);
           r[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(src)), 16));
         }
-        // Per 128-bit lane l, holding columns 4l..4l+3: t[2i] = (r2i[0], r2i+1[0], r2i[1], r2i+1[1]).
-        for (int i = 0; i < 8; ++i) {
-          t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-          t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        // u[4i + e], lane l: rows 4i..4i+3 at column 4l + e.
-        for (int i = 0; i < 4; ++i) {
-          const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-          const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-          u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-          u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-          u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-          u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-        }
-        // Column 4l + e gathers lane l of u[e], u[4 + e], u[8 + e], u[12 + e]: a 4 x 4 transpose of lanes.
-        float* out = packed + k0 * kPanelRows + half * 16;
-        for (int e = 0; e < 4; ++e) {
-          const __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
-          const __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
-          const __m512 v3 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
-          _mm512_storeu_ps(out + (0 + e) * kPanelRows, _mm512_shuffle_f32x4(v0, v2, 0x88));
-          _mm512_storeu_ps(out + (4 + e) * kPanelRows, _mm512_shuffle_f32x4(v1, v3, 0x88));
-          _mm512_storeu_ps(out + (8 + e) * kPanelRows, _mm512_shuffle_f32x4(v0, v2, 0xdd));
-          _mm512_storeu_ps(out + (12 + e) * kPanelRows, _mm512_shuffle_f32x4(v1, v3, 0xdd));
-        }
+        transpose16_store(r, packed + k0 * kPanelRows + half * 16, kPanelRows);
       }
   return done;
 }

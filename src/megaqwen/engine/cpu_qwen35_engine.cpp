@@ -37,7 +37,7 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
       }()),
       pool_(options.threads),
       bf16_kv_cache_(options.bf16_kv_cache),
-      bf16_matmul_inputs_(options.bf16_matmul_inputs) {
+      products_(CpuProducts::from(options)) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -59,11 +59,9 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
   logits_.resize(size_t(c.vocab_size));
 }
 
-void CpuHybridEngine::project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
-  bf16_matmul_inputs_ ? cpu::matmul_bf16_input(w, in, tokens, out, pool_) : cpu::matmul(w, in, tokens, out, pool_);
+std::string CpuHybridEngine::device_name() const {
+  return cpu_device_name(pool_.size(), bf16_kv_cache_, products_);
 }
-
-std::string CpuHybridEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_); }
 
 std::span<const float> CpuHybridEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");

@@ -66,8 +66,9 @@ class CpuHybridEngine final : public Engine {
   // `all_logits` when given, the last token's to logits_.
   void forward(std::span<const int32_t> tokens, float* all_logits);
   void forward_chunk(std::span<const int32_t> tokens, float* all_logits);
-  // cpu::matmul, of the input rounded to bf16 when bf16_matmul_inputs_.
-  void project(const WeightMatrix& w, const float* in, int64_t tokens, float* out);
+  void project(const WeightMatrix& w, const float* in, int64_t tokens, float* out) {
+    products_.run(w, in, tokens, out, pool_);
+  }
 
   // The layer steps over a chunk of T tokens; `h` is the normed input [T, H], `out` the block output [T, H].
   void gated_attention(const Qwen35FullAttentionWeights& w, int slot, const float* h, int64_t T, float* out);
@@ -82,7 +83,7 @@ class CpuHybridEngine final : public Engine {
   const Qwen35Weights& weights_;
   ThreadPool pool_;
   bool bf16_kv_cache_ = false;
-  bool bf16_matmul_inputs_ = false;
+  CpuProducts products_;
   int context_ = 0;
   int position_ = 0;
   std::vector<int> slot_;            // [L]: the layer's index among the layers of its type

@@ -8,7 +8,9 @@
 // runs on any x86-64 and is fast on the machines we have. The clone names the ISA level x86-64-v3,
 // which GCC's resolver tests by feature; "arch=haswell" (used here before) is tested by CPU model
 // and silently ran the SSE2 default on every AMD processor.
-#if defined(__x86_64__) && !defined(__clang__)
+// ThreadSanitizer builds go without: the clones' resolvers run while the program is being loaded,
+// before the sanitizer's runtime is up, and its instrumentation of them crashes.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define MQ_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define MQ_VECTOR_CLONES

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_engine.h"
 #include "megaqwen/engine/cpu_qwen35_engine.h"
 #include "megaqwen/util/error.h"
@@ -69,6 +70,10 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   cpu.context = options.context;
   cpu.threads = options.threads;
   cpu.bf16_kv_cache = options.bf16_kv_cache;
+  cpu.bf16_prefill = options.bf16_prefill;
+  std::string no_amx;
+  if (options.bf16_prefill && !cpu::amx_available(&no_amx) && !options.quiet)
+    std::fprintf(stderr, "megaqwen: --bf16-prefill needs AMX (%s); prefill stays fp32\n", no_amx.c_str());
   if (hybrid) return std::make_unique<CpuHybridEngine>(std::move(model), cpu);
   return std::make_unique<CpuEngine>(std::move(model), cpu);
 }

@@ -1,0 +1,203 @@
+// AMX prefill products. A tile register holds 16 rows of 64 bytes; tdpbf16ps multiplies a 16 x 32
+// bf16 tile A by a 32 x 16 bf16 tile B stored as 16 rows of 16 (k, k + 1) pairs, adding into a
+// 16 x 16 fp32 tile C: 8,192 products per instruction, against 16 per AVX-512 FMA.
+//
+// Layout: the input is rounded to bf16 and stored as 32-bit words (a k-pair, the even k in the low
+// half), [tokens][words], so 16 tokens x 16 words is an A tile read in place. The weights are packed
+// a panel of 32 rows at a time as words [word][32] (the same 16 x 16 register transposes as the fp32
+// packing, no widening), so a B tile is 16 words x 16 rows, two per panel. Per block of 32 tokens the
+// kernel keeps 2 x 2 C tiles, loading two A and two B tiles per 32 values of k: tiles 0-3 C, 4-5 A,
+// 6-7 B. Tokens and words are padded with zeros to whole tiles.
+//
+// Like the fp32 GEMM, k is never split across threads (the result does not depend on the thread
+// count), but the tile unit's sums are not those of the FMA kernels: each C element accumulates the
+// pairs of its 32 k in an order of the hardware's, with denormals flushed. Hence opt-in.
+#include "megaqwen/engine/cpu_amx_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "megaqwen/engine/cpu_transpose16.h"
+#include "megaqwen/util/bf16.h"
+#include "megaqwen/util/error.h"
+
+#if defined(__x86_64__)
+#include <asm/prctl.h>
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace megaqwen::cpu {
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr int64_t kPanelRows = 32;   // output columns per panel: two B / C tiles of 16
+constexpr int64_t kTileWords = 16;   // words (32 values of k) per tile step: 64 bytes per tile row
+constexpr int64_t kTokenBlock = 32;  // tokens per block: two A / C tiles of 16
+constexpr int64_t kPackWordBlock = 32;  // words per packing pass: 128 bytes of each of the 32 rows
+
+// The 64-byte operand of ldtilecfg (palette 1: 8 tiles of at most 16 rows x 64 bytes).
+struct TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// The tile instructions as inline assembly. GCC 12's intrinsics declare that ldtilecfg reads 8
+// bytes and that tileloadd reads no memory, so the compiler may drop or reorder the stores they
+// depend on (at -O2 the configuration's zeroing went, and ldtilecfg faulted); these declare what they
+// read and write.
+inline void load_tile_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
+inline void release_tiles() { asm volatile("tilerelease" ::); }
+#define MQ_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::)
+#define MQ_TILE_LOAD(t, base, stride) \
+  asm volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(int64_t(stride)) : "memory")
+#define MQ_TILE_STORE(t, base, stride) \
+  asm volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(int64_t(stride)) : "memory")
+#define MQ_TILE_DPBF16(c, a, b) asm volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+TileConfig full_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.bytes_per_row[t] = 64;
+  }
+  return config;
+}
+
+// c[t][0..32) = sum over words p < words of in[t][p] . panel[p][0..32), for the 32 tokens of one block.
+// `words` is a multiple of kTileWords; `in` rows are `words` apart.
+void block_product(const uint32_t* panel, const uint32_t* in, int64_t words, float* c) {
+  MQ_TILE_ZERO(0);
+  MQ_TILE_ZERO(1);
+  MQ_TILE_ZERO(2);
+  MQ_TILE_ZERO(3);
+  const int64_t in_stride = words * 4, panel_stride = kPanelRows * 4;
+  for (int64_t p = 0; p < words; p += kTileWords) {
+    MQ_TILE_LOAD(4, in + p, in_stride);
+    MQ_TILE_LOAD(5, in + 16 * words + p, in_stride);
+    MQ_TILE_LOAD(6, panel + p * kPanelRows, panel_stride);
+    MQ_TILE_LOAD(7, panel + p * kPanelRows + 16, panel_stride);
+    MQ_TILE_DPBF16(0, 4, 6);
+    MQ_TILE_DPBF16(1, 4, 7);
+    MQ_TILE_DPBF16(2, 5, 6);
+    MQ_TILE_DPBF16(3, 5, 7);
+  }
+  const int64_t c_stride = kPanelRows * 4;
+  MQ_TILE_STORE(0, c, c_stride);
+  MQ_TILE_STORE(1, c + 16, c_stride);
+  MQ_TILE_STORE(2, c + 16 * kPanelRows, c_stride);
+  MQ_TILE_STORE(3, c + 16 * kPanelRows + 16, c_stride);
+}
+
+// 16 x 16 blocks of words transposed in registers; returns how many words it did (a multiple of 16).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the intrinsics' unused _mm512_undefined_* operands
+__attribute__((target("avx512f"))) int64_t pack_words_avx512(const uint32_t* base, int64_t words, uint32_t* packed) {
+  const int64_t done = words / 16 * 16;
+  for (int64_t w0 = 0; w0 < done; w0 += kPackWordBlock)
+    for (int64_t half = 0; half < 2; ++half)  // rows 0-15, then 16-31, each reading its lines whole
+      for (int64_t p0 = w0; p0 < std::min(w0 + kPackWordBlock, done); p0 += 16) {
+        __m512 r[16];
+        for (int j = 0; j < 16; ++j)
+          r[j] = _mm512_castsi512_ps(_mm512_loadu_si512(base + (half * 16 + j) * words + p0));
+        transpose16_store(r, reinterpret_cast<float*>(packed + p0 * kPanelRows + half * 16), kPanelRows);
+      }
+  return done;
+}
+#pragma GCC diagnostic pop
+
+// packed[p * 32 + j] = word p of row r0 + j for p < padded_words: zero past the row's words (and the
+// high half of an odd K's last word) and for rows past the matrix's end.
+void pack_panel(const WeightMatrix& w, int64_t r0, int64_t padded_words, uint32_t* packed) {
+  const int64_t K = w.cols, words = (K + 1) / 2, valid = std::min(kPanelRows, w.rows - r0);
+  const auto* base = reinterpret_cast<const uint16_t*>(w.data) + r0 * K;
+  int64_t start = 0;
+  if (valid == kPanelRows && K % 2 == 0)  // AMX implies AVX-512
+    start = pack_words_avx512(reinterpret_cast<const uint32_t*>(base), words, packed);
+  for (int64_t p = start; p < padded_words; ++p)
+    for (int64_t j = 0; j < kPanelRows; ++j) {
+      uint32_t word = 0;
+      if (j < valid && p < words) {
+        const uint16_t* row = base + j * K;
+        word = uint32_t(row[2 * p]) | (2 * p + 1 < K ? uint32_t(row[2 * p + 1]) << 16 : 0u);
+      }
+      packed[p * kPanelRows + j] = word;
+    }
+}
+
+bool request_amx(std::string& why) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) || !(edx & (1u << 22))) {
+    why = "this processor has no AMX-BF16";
+    return false;
+  }
+  // Linux hands out the 8 KB tile state only to processes that ask (XFEATURE_XTILEDATA = 18).
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, 18) != 0) {
+    why = "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool amx_available(std::string* why) {
+  static std::string reason;
+  static const bool available = request_amx(reason);
+  if (why) *why = reason;
+  return available;
+}
+
+void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
+  if (!amx_available()) fail("matmul_amx_bf16: AMX is not available here");
+  if (w.dtype != DType::BF16) fail("matmul_amx_bf16: {} is not bf16", w.name ? *w.name : std::string("the matrix"));
+  const int64_t rows = w.rows, K = w.cols, words = (K + 1) / 2;
+  const int64_t padded_words = (words + kTileWords - 1) / kTileWords * kTileWords;
+  const int64_t padded_tokens = (tokens + kTokenBlock - 1) / kTokenBlock * kTokenBlock;
+  const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+  std::vector<uint32_t> pairs(size_t(padded_tokens * padded_words), 0u);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* x = in + t * K;
+    uint32_t* row = pairs.data() + t * padded_words;
+    for (int64_t p = 0; p < words; ++p)
+      row[p] = uint32_t(f32_to_bf16(x[2 * p])) | (2 * p + 1 < K ? uint32_t(f32_to_bf16(x[2 * p + 1])) << 16 : 0u);
+  }
+  const TileConfig config = full_tiles();
+  pool.parallel_for(size_t(panels), [&](size_t p0, size_t p1) {
+    load_tile_config(config);  // per thread: the tile configuration is thread state
+    std::vector<uint32_t> packed(size_t(padded_words * kPanelRows));
+    std::vector<float> c(size_t(kTokenBlock * kPanelRows));
+    for (size_t p = p0; p < p1; ++p) {
+      const int64_t r0 = int64_t(p) * kPanelRows, valid = std::min(kPanelRows, rows - r0);
+      pack_panel(w, r0, padded_words, packed.data());
+      for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
+        block_product(packed.data(), pairs.data() + t0 * padded_words, padded_words, c.data());
+        for (int64_t t = t0; t < std::min(tokens, t0 + kTokenBlock); ++t)
+          std::memcpy(out + t * rows + r0, c.data() + (t - t0) * kPanelRows, size_t(valid) * sizeof(float));
+      }
+    }
+    release_tiles();
+  });
+}
+
+#else
+
+bool amx_available(std::string* why) {
+  if (why) *why = "AMX is an x86-64 feature";
+  return false;
+}
+
+void matmul_amx_bf16(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&) {
+  fail("matmul_amx_bf16: AMX is not available here");
+}
+
+#endif
+
+}  // namespace megaqwen::cpu
