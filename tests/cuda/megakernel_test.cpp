@@ -657,7 +657,8 @@ TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
   mk.truncate(int(prompt.size()));
   const MkRun again = run_megakernel(mk, first, n);
   const MkRun first_launch{std::vector<int32_t>(run.tokens.begin(), run.tokens.begin() + n),
-                           std::vector<float>(run.logits.begin(), run.logits.begin() + std::ptrdiff_t(size_t(n) * V()))};
+                           std::vector<float>(run.logits.begin(), run.logits.begin() + std::ptrdiff_t(size_t(n) * V())),
+                           {}};
   expect_same_bits(again, first_launch, "the one-stage MLP run again");
   {
     test::ScopedEnv flagged("MEGAQWEN_MK_VECTORS", "flagged");
@@ -666,7 +667,8 @@ TEST_F(MegakernelTiny, OneStageMlpMatchesPerOpAndCpuBitForBitAcrossRuns) {
     EXPECT_EQ(test::argmax(both.prefill(prompt)), first);
     expect_same_bits(run_megakernel(both, first, n), first_launch, "the one-stage MLP with flagged vectors, launch 1");
     const MkRun second_launch{std::vector<int32_t>(run.tokens.begin() + n, run.tokens.end()),
-                              std::vector<float>(run.logits.begin() + std::ptrdiff_t(size_t(n) * V()), run.logits.end())};
+                              std::vector<float>(run.logits.begin() + std::ptrdiff_t(size_t(n) * V()), run.logits.end()),
+                              {}};
     expect_same_bits(run_megakernel(both, first_launch.tokens.back(), n), second_launch,
                      "the one-stage MLP with flagged vectors, launch 2");
   }
