@@ -71,9 +71,9 @@ TileConfig full_tiles() {
   return config;
 }
 
-// c[t][0..32) = sum over words p < words of in[t][p] . panel[p][0..32), for the 32 tokens of one block.
-// `words` is a multiple of kTileWords; `in` rows are `words` apart.
-void block_product(const uint32_t* panel, const uint32_t* in, int64_t words, float* c) {
+// c[t * c_row + j] = sum over words p < words of in[t][p] . panel[p][j], for the 32 tokens of one
+// block and j < 32. `words` is a multiple of kTileWords; `in` rows are `words` apart.
+void block_product(const uint32_t* panel, const uint32_t* in, int64_t words, float* c, int64_t c_row) {
   MQ_TILE_ZERO(0);
   MQ_TILE_ZERO(1);
   MQ_TILE_ZERO(2);
@@ -89,11 +89,11 @@ void block_product(const uint32_t* panel, const uint32_t* in, int64_t words, flo
     MQ_TILE_DPBF16(2, 5, 6);
     MQ_TILE_DPBF16(3, 5, 7);
   }
-  const int64_t c_stride = kPanelRows * 4;
+  const int64_t c_stride = c_row * 4;
   MQ_TILE_STORE(0, c, c_stride);
   MQ_TILE_STORE(1, c + 16, c_stride);
-  MQ_TILE_STORE(2, c + 16 * kPanelRows, c_stride);
-  MQ_TILE_STORE(3, c + 16 * kPanelRows + 16, c_stride);
+  MQ_TILE_STORE(2, c + 16 * c_row, c_stride);
+  MQ_TILE_STORE(3, c + 16 * c_row + 16, c_stride);
 }
 
 // 16 x 16 blocks of words transposed in registers; returns how many words it did (a multiple of 16).
@@ -162,23 +162,35 @@ void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, flo
   const int64_t padded_words = (words + kTileWords - 1) / kTileWords * kTileWords;
   const int64_t padded_tokens = (tokens + kTokenBlock - 1) / kTokenBlock * kTokenBlock;
   const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
-  std::vector<uint32_t> pairs(size_t(padded_tokens * padded_words), 0u);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* x = in + t * K;
-    uint32_t* row = pairs.data() + t * padded_words;
-    for (int64_t p = 0; p < words; ++p)
-      row[p] = uint32_t(f32_to_bf16(x[2 * p])) | (2 * p + 1 < K ? uint32_t(f32_to_bf16(x[2 * p + 1])) << 16 : 0u);
-  }
+  // Buffers kept per thread between calls: allocating them for each product cost ~6% of a prefill
+  // in page faults.
+  thread_local std::vector<uint32_t> pairs;
+  pairs.assign(size_t(padded_tokens * padded_words), 0u);
+  uint32_t* a = pairs.data();
+  pool.parallel_for(size_t(tokens), [&](size_t t0, size_t t1) {
+    for (size_t t = t0; t < t1; ++t) {
+      const float* x = in + int64_t(t) * K;
+      uint32_t* row = a + int64_t(t) * padded_words;
+      for (int64_t p = 0; p < words; ++p)
+        row[p] = uint32_t(f32_to_bf16(x[2 * p])) | (2 * p + 1 < K ? uint32_t(f32_to_bf16(x[2 * p + 1])) << 16 : 0u);
+    }
+  });
   const TileConfig config = full_tiles();
   pool.parallel_for(size_t(panels), [&](size_t p0, size_t p1) {
     load_tile_config(config);  // per thread: the tile configuration is thread state
-    std::vector<uint32_t> packed(size_t(padded_words * kPanelRows));
-    std::vector<float> c(size_t(kTokenBlock * kPanelRows));
+    thread_local std::vector<uint32_t> packed;
+    thread_local std::vector<float> c;
+    packed.resize(size_t(padded_words * kPanelRows));
+    c.resize(size_t(kTokenBlock * kPanelRows));
     for (size_t p = p0; p < p1; ++p) {
       const int64_t r0 = int64_t(p) * kPanelRows, valid = std::min(kPanelRows, rows - r0);
       pack_panel(w, r0, padded_words, packed.data());
       for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
-        block_product(packed.data(), pairs.data() + t0 * padded_words, padded_words, c.data());
+        if (valid == kPanelRows && t0 + kTokenBlock <= tokens) {  // whole tiles: straight into the output
+          block_product(packed.data(), a + t0 * padded_words, padded_words, out + t0 * rows + r0, rows);
+          continue;
+        }
+        block_product(packed.data(), a + t0 * padded_words, padded_words, c.data(), kPanelRows);
         for (int64_t t = t0; t < std::min(tokens, t0 + kTokenBlock); ++t)
           std::memcpy(out + t * rows + r0, c.data() + (t - t0) * kPanelRows, size_t(valid) * sizeof(float));
       }
