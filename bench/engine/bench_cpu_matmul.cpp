@@ -1,6 +1,7 @@
 // The CPU engine's matmul (cpu::matmul) at Qwen3-0.6B's shapes (Google Benchmark): one token (the
 // decode GEMV, bound by reading the bf16 weights) and 128 / 512 tokens (prefill chunks, bound by the FMAs),
-// on one thread and on all; and the prefill shapes on the AMX tile units (--bf16-prefill).
+// on one thread and on all; and the prefill shapes on the AMX tile units (--amx-prefill's split
+// input, and the input rounded to bf16).
 // Counters: FLOP/s (2 x rows x cols x tokens) and the weight bytes read per second.
 //
 //   build/bench/engine/bench_cpu_matmul --benchmark_min_time=1
@@ -49,10 +50,15 @@ Problem make_problem(int64_t rows, int64_t cols, int64_t tokens) {
 
 using MatmulFn = void (*)(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&);
 
+template <cpu::AmxInput kInput>
+void amx(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
+  cpu::matmul_amx_bf16(w, in, tokens, out, pool, kInput);
+}
+
 // Args: rows, cols, tokens, threads (1, or 0 for one per hardware thread).
-template <MatmulFn kMatmul>
+template <MatmulFn kMatmul, bool kNeedsAmx = false>
 void BM_Matmul(benchmark::State& state) {
-  if (kMatmul == &cpu::matmul_amx_bf16 && !cpu::amx_available()) {
+  if (kNeedsAmx && !cpu::amx_available()) {
     state.SkipWithError("no AMX here");
     return;
   }
@@ -81,9 +87,17 @@ BENCHMARK(BM_Matmul<cpu::matmul>)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// --bf16-prefill's products on the AMX tile units (skipped where there are none).
-BENCHMARK(BM_Matmul<cpu::matmul_amx_bf16>)
-    ->Name("BM_MatmulAmxBf16")
+// The AMX tile units (skipped where there are none): --amx-prefill's split input (two tile products
+// per step), and the input rounded to bf16 (one).
+BENCHMARK(BM_Matmul<amx<cpu::AmxInput::kSplit>, true>)
+    ->Name("BM_MatmulAmxSplit")
+    ->ArgNames({"rows", "cols", "tokens", "threads"})
+    ->ArgsProduct({{3072}, {1024}, {128, 512}, {1, 0}})
+    ->ArgsProduct({{1024}, {3072}, {128, 512}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Matmul<amx<cpu::AmxInput::kRounded>, true>)
+    ->Name("BM_MatmulAmxRounded")
     ->ArgNames({"rows", "cols", "tokens", "threads"})
     ->ArgsProduct({{3072}, {1024}, {128, 512}, {1, 0}})
     ->ArgsProduct({{1024}, {3072}, {128, 512}, {1, 0}})

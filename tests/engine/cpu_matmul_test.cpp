@@ -2,7 +2,7 @@
 // processor has: shapes around the kernels' edges (a 32-row panel, the 256-value k blocks, the
 // 4 / 6 / 12-token micro-tiles, odd column counts), each weight dtype, outputs poisoned with NaN so
 // an unwritten element shows. The FMA levels must agree bit for bit, and threads must not matter.
-// Also the AMX products of --bf16-prefill (cpu_amx_matmul.h), where the processor has them.
+// Also the AMX products of --amx-prefill (cpu_amx_matmul.h), where the processor has them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,7 +78,7 @@ std::vector<float> run(const Matrix& m, const std::vector<float>& in, int64_t to
 // terms, or using a neighbouring row or token, errs by ~1/cols of that sum, far above the bound;
 // fp32 rounding over the kernels' 256-term partial sums stays below it.
 void expect_close(const Matrix& m, const std::vector<float>& in, int64_t tokens, const std::vector<float>& out,
-                  const std::string& what) {
+                  const std::string& what, double bound = 1e-5) {
   const int64_t rows = m.w.rows, cols = m.w.cols;
   int failures = 0;
   for (int64_t t = 0; t < tokens; ++t)
@@ -90,7 +90,7 @@ void expect_close(const Matrix& m, const std::vector<float>& in, int64_t tokens,
         magnitude += std::fabs(term);
       }
       const float got = out[size_t(t * rows + r)];
-      if (!(std::fabs(got - exact) <= 1e-5 * magnitude + 1e-30) && ++failures <= 5)
+      if (!(std::fabs(got - exact) <= bound * magnitude + 1e-30) && ++failures <= 5)
         ADD_FAILURE() << what << ": out[" << t << ", " << r << "] = " << got << ", exact " << exact;
     }
 }
@@ -156,11 +156,13 @@ TEST(CpuMatmul, LevelIsClampedToWhatTheProcessorHas) {
   EXPECT_EQ(cpu::simd_level(), SimdLevel::kGeneric);
 }
 
-// --bf16-prefill's AMX products: against the exact sum of the bf16-rounded input times the weights
-// (the products are exact; only fp32 summation errs, within the same 1e-5 of the terms' magnitude),
-// at shapes around the tiles' edges: 16 / 32 tokens, 16 / 32 rows, 32 values of k per tile step, odd
-// and short K, panels past the matrix's end. Outputs poisoned with NaN; threads must not matter.
-TEST(CpuAmxMatmul, MatchesExactProductsOfTheRoundedInput) {
+// The AMX products (--amx-prefill): with the input rounded, against the exact sum of the rounded
+// input times the weights (the products are exact; only fp32 summation errs, within the same 1e-5 of
+// the terms' magnitude); with the input split into hi + lo, against the exact product of the fp32
+// input (hi + lo keeps ~16 bits: 2^-17 relative, so 2e-5 of the magnitude). Shapes around the tiles'
+// edges: 16 / 32 tokens, 16 / 32 rows, 32 values of k per tile step, odd and short K, panels past the
+// matrix's end. Outputs poisoned with NaN; threads must not matter.
+TEST(CpuAmxMatmul, MatchesExactProductsWithRoundedAndSplitInput) {
   std::string why;
   if (!cpu::amx_available(&why)) GTEST_SKIP() << why;
   ThreadPool pool(2), one(1);
@@ -175,13 +177,16 @@ TEST(CpuAmxMatmul, MatchesExactProductsOfTheRoundedInput) {
           in[i] = normal(rng);
           rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
         }
-        std::vector<float> out(size_t(tokens * rows), std::numeric_limits<float>::quiet_NaN());
-        cpu::matmul_amx_bf16(m.w, in.data(), tokens, out.data(), pool);
         const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " tokens " + std::to_string(tokens);
-        expect_close(m, rounded, tokens, out, what);
-        std::vector<float> alone(out.size(), std::numeric_limits<float>::quiet_NaN());
-        cpu::matmul_amx_bf16(m.w, in.data(), tokens, alone.data(), one);
-        ASSERT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0) << what;
+        for (cpu::AmxInput input : {cpu::AmxInput::kRounded, cpu::AmxInput::kSplit}) {
+          const bool split = input == cpu::AmxInput::kSplit;
+          std::vector<float> out(size_t(tokens * rows), std::numeric_limits<float>::quiet_NaN());
+          cpu::matmul_amx_bf16(m.w, in.data(), tokens, out.data(), pool, input);
+          expect_close(m, split ? in : rounded, tokens, out, what + (split ? " split" : " rounded"), split ? 2e-5 : 1e-5);
+          std::vector<float> alone(out.size(), std::numeric_limits<float>::quiet_NaN());
+          cpu::matmul_amx_bf16(m.w, in.data(), tokens, alone.data(), one, input);
+          ASSERT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0) << what;
+        }
       }
 }
 

@@ -71,23 +71,33 @@ TileConfig full_tiles() {
   return config;
 }
 
-// c[t * c_row + j] = sum over words p < words of in[t][p] . panel[p][j], for the 32 tokens of one
-// block and j < 32. `words` is a multiple of kTileWords; `in` rows are `words` apart.
-void block_product(const uint32_t* panel, const uint32_t* in, int64_t words, float* c, int64_t c_row) {
+// c[t * c_row + j] = sum over words p < words of (hi[t][p] + lo[t][p]) . panel[p][j], for the 32
+// tokens of one block and j < 32 (lo null: hi alone). `words` is a multiple of kTileWords; the input
+// rows are `words` apart.
+void block_product(const uint32_t* panel, const uint32_t* hi, const uint32_t* lo, int64_t words, float* c,
+                   int64_t c_row) {
   MQ_TILE_ZERO(0);
   MQ_TILE_ZERO(1);
   MQ_TILE_ZERO(2);
   MQ_TILE_ZERO(3);
   const int64_t in_stride = words * 4, panel_stride = kPanelRows * 4;
   for (int64_t p = 0; p < words; p += kTileWords) {
-    MQ_TILE_LOAD(4, in + p, in_stride);
-    MQ_TILE_LOAD(5, in + 16 * words + p, in_stride);
+    MQ_TILE_LOAD(4, hi + p, in_stride);
+    MQ_TILE_LOAD(5, hi + 16 * words + p, in_stride);
     MQ_TILE_LOAD(6, panel + p * kPanelRows, panel_stride);
     MQ_TILE_LOAD(7, panel + p * kPanelRows + 16, panel_stride);
     MQ_TILE_DPBF16(0, 4, 6);
     MQ_TILE_DPBF16(1, 4, 7);
     MQ_TILE_DPBF16(2, 5, 6);
     MQ_TILE_DPBF16(3, 5, 7);
+    if (lo) {  // the same weights against the input's remainder
+      MQ_TILE_LOAD(4, lo + p, in_stride);
+      MQ_TILE_LOAD(5, lo + 16 * words + p, in_stride);
+      MQ_TILE_DPBF16(0, 4, 6);
+      MQ_TILE_DPBF16(1, 4, 7);
+      MQ_TILE_DPBF16(2, 5, 6);
+      MQ_TILE_DPBF16(3, 5, 7);
+    }
   }
   const int64_t c_stride = c_row * 4;
   MQ_TILE_STORE(0, c, c_stride);
@@ -155,7 +165,8 @@ bool amx_available(std::string* why) {
   return available;
 }
 
-void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) {
+void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool,
+                     AmxInput input) {
   if (!amx_available()) fail("matmul_amx_bf16: AMX is not available here");
   if (w.dtype != DType::BF16) fail("matmul_amx_bf16: {} is not bf16", w.name ? *w.name : std::string("the matrix"));
   const int64_t rows = w.rows, K = w.cols, words = (K + 1) / 2;
@@ -164,15 +175,24 @@ void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, flo
   const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
   // Buffers kept per thread between calls: allocating them for each product cost ~6% of a prefill
   // in page faults.
+  const bool split = input == AmxInput::kSplit;
+  const size_t plane = size_t(padded_tokens * padded_words);
   thread_local std::vector<uint32_t> pairs;
-  pairs.assign(size_t(padded_tokens * padded_words), 0u);
+  pairs.assign(split ? 2 * plane : plane, 0u);
   uint32_t* a = pairs.data();
+  uint32_t* a_lo = split ? a + plane : nullptr;
   pool.parallel_for(size_t(tokens), [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) {
       const float* x = in + int64_t(t) * K;
       uint32_t* row = a + int64_t(t) * padded_words;
-      for (int64_t p = 0; p < words; ++p)
-        row[p] = uint32_t(f32_to_bf16(x[2 * p])) | (2 * p + 1 < K ? uint32_t(f32_to_bf16(x[2 * p + 1])) << 16 : 0u);
+      for (int64_t p = 0; p < words; ++p) {
+        const float x0 = x[2 * p], x1 = 2 * p + 1 < K ? x[2 * p + 1] : 0.0f;
+        const uint16_t h0 = f32_to_bf16(x0), h1 = f32_to_bf16(x1);
+        row[p] = uint32_t(h0) | uint32_t(h1) << 16;
+        if (split)  // the remainder, itself rounded: hi + lo holds ~16 significant bits of x
+          a_lo[int64_t(t) * padded_words + p] =
+              uint32_t(f32_to_bf16(x0 - bf16_to_f32(h0))) | uint32_t(f32_to_bf16(x1 - bf16_to_f32(h1))) << 16;
+      }
     }
   });
   const TileConfig config = full_tiles();
@@ -186,11 +206,13 @@ void matmul_amx_bf16(const WeightMatrix& w, const float* in, int64_t tokens, flo
       const int64_t r0 = int64_t(p) * kPanelRows, valid = std::min(kPanelRows, rows - r0);
       pack_panel(w, r0, padded_words, packed.data());
       for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
+        const uint32_t* hi = a + t0 * padded_words;
+        const uint32_t* lo = split ? a_lo + t0 * padded_words : nullptr;
         if (valid == kPanelRows && t0 + kTokenBlock <= tokens) {  // whole tiles: straight into the output
-          block_product(packed.data(), a + t0 * padded_words, padded_words, out + t0 * rows + r0, rows);
+          block_product(packed.data(), hi, lo, padded_words, out + t0 * rows + r0, rows);
           continue;
         }
-        block_product(packed.data(), a + t0 * padded_words, padded_words, c.data(), kPanelRows);
+        block_product(packed.data(), hi, lo, padded_words, c.data(), kPanelRows);
         for (int64_t t = t0; t < std::min(tokens, t0 + kTokenBlock); ++t)
           std::memcpy(out + t * rows + r0, c.data() + (t - t0) * kPanelRows, size_t(valid) * sizeof(float));
       }
@@ -206,7 +228,7 @@ bool amx_available(std::string* why) {
   return false;
 }
 
-void matmul_amx_bf16(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&) {
+void matmul_amx_bf16(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&, AmxInput) {
   fail("matmul_amx_bf16: AMX is not available here");
 }
 

@@ -38,7 +38,7 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
 }
 
 CpuProducts CpuProducts::from(const CpuEngineOptions& options) {
-  return {.bf16_inputs = options.bf16_matmul_inputs, .amx_prefill = options.bf16_prefill && cpu::amx_available()};
+  return {.bf16_inputs = options.bf16_matmul_inputs, .amx_prefill = options.amx_prefill && cpu::amx_available()};
 }
 
 void CpuProducts::run(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) const {
@@ -52,7 +52,7 @@ void CpuProducts::run(const WeightMatrix& w, const float* in, int64_t tokens, fl
 
 std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products) {
   return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16" : "") +
-         (products.amx_prefill ? ", bf16 prefill on AMX" : "") + ")";
+         (products.amx_prefill ? ", prefill on AMX" : "") + ")";
 }
 
 std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_, products_); }

@@ -23,14 +23,14 @@ struct CpuEngineOptions {
   // Round every matrix product's input to bf16 (the CUDA prefill with split_activations off rounds
   // its GEMM inputs so). For the GPU tests only: decode rounds too, where the GPU's GEMVs do not.
   bool bf16_matmul_inputs = false;
-  // --bf16-prefill: products over several tokens (prefill, scoring) of bf16 weights run on the AMX
-  // tile units with the input rounded to bf16 (cpu_amx_matmul.h), where the processor has them;
+  // --amx-prefill: products over several tokens (prefill, scoring) of bf16 weights run on the AMX
+  // tile units, the input split into bf16 hi + lo (cpu_amx_matmul.h), where the processor has them;
   // elsewhere this changes nothing. Decode stays fp32. Off by default: the engine is the fp32 oracle.
-  bool bf16_prefill = false;
+  bool amx_prefill = false;
 };
 
 // How the CPU engines multiply: cpu::matmul; of the input rounded to bf16 (bf16_matmul_inputs); or,
-// over several tokens and with bf16 weights, on AMX (bf16_prefill, where available).
+// over several tokens and with bf16 weights, on AMX (amx_prefill, where available).
 struct CpuProducts {
   bool bf16_inputs = false;
   bool amx_prefill = false;

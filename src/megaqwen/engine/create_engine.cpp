@@ -70,10 +70,10 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   cpu.context = options.context;
   cpu.threads = options.threads;
   cpu.bf16_kv_cache = options.bf16_kv_cache;
-  cpu.bf16_prefill = options.bf16_prefill;
+  cpu.amx_prefill = options.amx_prefill;
   std::string no_amx;
-  if (options.bf16_prefill && !cpu::amx_available(&no_amx) && !options.quiet)
-    std::fprintf(stderr, "megaqwen: --bf16-prefill needs AMX (%s); prefill stays fp32\n", no_amx.c_str());
+  if (options.amx_prefill && !cpu::amx_available(&no_amx) && !options.quiet)
+    std::fprintf(stderr, "megaqwen: --amx-prefill needs AMX (%s); prefill stays fp32\n", no_amx.c_str());
   if (hybrid) return std::make_unique<CpuHybridEngine>(std::move(model), cpu);
   return std::make_unique<CpuEngine>(std::move(model), cpu);
 }

@@ -18,10 +18,10 @@ struct EngineOptions {
   std::string decode_kernel = "auto";  // CUDA: auto | megakernel | per-op (cuda::DecodeKernel)
   // CPU engines: keep k and v rounded to bf16, as the CUDA engines store them (CpuEngineOptions).
   bool bf16_kv_cache = false;
-  // CPU engines: prefill products on AMX, in bf16 (CpuEngineOptions::bf16_prefill); where the
-  // processor has no AMX, a line on stderr says so (unless quiet) and prefill stays fp32. The CUDA
-  // engines' prefill multiplies in bf16 anyway.
-  bool bf16_prefill = false;
+  // CPU engines: prefill products on AMX, the input split into two bf16 parts as the CUDA prefill
+  // does (CpuEngineOptions::amx_prefill); where the processor has no AMX, a line on stderr says so
+  // (unless quiet) and prefill stays fp32. No effect on the CUDA engines.
+  bool amx_prefill = false;
 };
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const EngineOptions& options);
