@@ -441,8 +441,9 @@ struct HttpServer::Impl {
   // cannot take them all.
   Jobs submit(int n, const std::function<GenerationRequest(int)>& make) {
     if (size_t(n) > options.max_queued)
-      throw invalid_request(fmt::format("'n' is {}, more than the {} requests this server queues (--queue)", n,
-                                        options.max_queued),
+      throw invalid_request(fmt::format("the request asks for {} generations (n, best_of, prompts), more than the {} "
+                                        "this server queues (--queue)",
+                                        n, options.max_queued),
                             "n");
     const auto deadline = Clock::now() + std::chrono::seconds(options.timeout_seconds);
     Jobs jobs;
