@@ -54,7 +54,12 @@ void check_prompt(const ServedModel& model, const ChatCompletionRequest& r) {
   }
   if (prompt.tokens.empty() || int(prompt.tokens.size()) >= model.limits.context_size) std::abort();
   const std::string text = model.tokenizer.decode(prompt.tokens);
-  if (!utf8::is_valid(text) || !text.starts_with("<|im_start|>")) std::abort();
+  // Qwen3.5's template opens a leading tool message with its <tool_response> alone (no
+  // "<|im_start|>user", as Jinja renders it: loop.previtem is undefined there).
+  const bool leading_tool = r.messages.front().value("role", "") == "tool";
+  if (!utf8::is_valid(text) ||
+      !(text.starts_with("<|im_start|>") || (leading_tool && text.starts_with("\n<tool_response>"))))
+    std::abort();
   if (prompt.forced_prefix.empty()) {
     if (!text.ends_with(model.chat_template->generation_prompt(r.enable_thinking))) std::abort();
     if (prompt.call_grammar || prompt.xml_call_grammar) std::abort();
