@@ -8,15 +8,18 @@
 // A prompt is bound by arithmetic instead (every key is used by every later query), and runs as two
 // matrix products on the matmul micro-kernel (cpu_panel_product.h), 32 queries of one head at a time:
 //   S^T = K Q^T   the block's queries packed as the panel ([d][32]), the cached keys read in place;
-//   O   = P V     the values packed 32 dims at a time ([position][32], a contiguous copy), the
-//                 softmax weights P read in place.
+//   O^T = V^T P^T the softmax weights, computed in place down the columns of S^T, are the panel
+//                 ([position][32]); the values transposed once per call, each dim's row read in place.
 // A query's masked positions get weight 0, which adds exact zeros, so a token's output does not depend
 // on which block it shares or how the prompt was cut into calls.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "megaqwen/engine/cpu_exp.h"
 #include "megaqwen/engine/cpu_ops.h"
+#include "megaqwen/engine/cpu_simd.h"
 #include "megaqwen/engine/cpu_panel_product.h"
 
 namespace megaqwen::cpu {
@@ -97,47 +100,80 @@ void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_h
   });
 }
 
+// V^T for the P V product of attention_blocked: vt[(g * D + d) * keys + k] = v_cache[k * row + g * D + d],
+// so each (kv head, dim) is one contiguous row over the positions. Written in tiles of 16 positions:
+// every row of the tile is read once, every output run is 64 bytes.
+void transpose_values(const float* v_cache, int64_t keys, int64_t row, float* vt, ThreadPool& pool) {
+  constexpr int64_t kTile = 16;
+  const int64_t tiles = (keys + kTile - 1) / kTile;
+  pool.parallel_for(size_t(tiles), [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const int64_t k0 = int64_t(i) * kTile, k1 = std::min(keys, k0 + kTile);
+      for (int64_t c = 0; c < row; ++c)
+        for (int64_t k = k0; k < k1; ++k) vt[c * keys + k] = v_cache[k * row + c];
+    }
+  });
+}
+
+// The softmax of attention_blocked down each column of st ([key][32 queries], the block's scores), in
+// place: key k is seen by query j iff j >= k - base and j < nq; the others get weight 0, and the column
+// sums go to sums[32]. Both passes walk the keys in order, so a query's sum is accumulated in the
+// same order as a row-wise pass would; each key's 32 columns form one vector.
+MQ_VECTOR_CLONES_AVX512 void column_softmax(float* __restrict st, int64_t n, int64_t base, int64_t nq, float scale,
+                                            float* __restrict sums) {
+  constexpr int64_t W = kPanelWidth;
+  alignas(64) float max_score[W];
+  for (int64_t j = 0; j < W; ++j) max_score[j] = -INFINITY, sums[j] = 0.0f;
+  for (int64_t k = 0; k < n; ++k) {
+    float* sk = st + k * W;
+    const int64_t first_seen = k - base;
+    for (int64_t j = 0; j < W; ++j) {
+      const float scaled = sk[j] * scale, s = (j >= first_seen) & (j < nq) ? scaled : -INFINITY;
+      sk[j] = s;
+      max_score[j] = std::max(max_score[j], s);
+    }
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    float* sk = st + k * W;
+    const int64_t first_seen = k - base;
+    for (int64_t j = 0; j < W; ++j) {
+      const float e = exp_nonpositive(sk[j] - max_score[j]), p = (j >= first_seen) & (j < nq) ? e : 0.0f;
+      sk[j] = p;
+      sums[j] += p;
+    }
+  }
+}
+
 void attention_blocked(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t D,
                        int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
                        ThreadPool& pool) {
   const int64_t group = heads / kv_heads, row = kv_heads * D, W = kPanelWidth;
-  const int64_t blocks = (tokens + kQueryBlock - 1) / kQueryBlock, most_keys = first_position + tokens;
+  const int64_t blocks = (tokens + kQueryBlock - 1) / kQueryBlock, keys = first_position + tokens;
+  // Transposed once per call, shared by every block and every head of a kv group (copying V per block
+  // and head moved ~30x the cache's bytes at a 2k context).
+  const auto vt = std::make_unique_for_overwrite<float[]>(size_t(keys * row));
+  transpose_values(v_cache, keys, row, vt.get(), pool);
+
   pool.parallel_for(size_t(blocks * heads), [&](size_t i0, size_t i1) {
-    const size_t panel = size_t(most_keys * W);
-    std::vector<float> q_panel(size_t(D * W)), st(panel), p(panel), v_panel(panel), o(size_t(W * W));
-    std::vector<float> sums(static_cast<size_t>(W));
+    std::vector<float> q_panel(size_t(D * W)), st(size_t(keys * W)), ot(size_t(D * W));
+    alignas(64) float sums[kPanelWidth];
     for (size_t i = i0; i < i1; ++i) {
       const int64_t b = zigzag(int64_t(i) / heads, blocks), h = int64_t(i) % heads, g = h / group;
       const int64_t t0 = b * kQueryBlock, nq = std::min(kQueryBlock, tokens - t0);
-      const int64_t n = first_position + t0 + nq;  // keys the block's last query sees
+      const int64_t base = first_position + t0;  // query j sees positions <= base + j
+      const int64_t n = base + nq;               // keys the block's last query sees
 
       for (int64_t d = 0; d < D; ++d)
         for (int64_t j = 0; j < W; ++j) q_panel[size_t(d * W + j)] = j < nq ? q[((t0 + j) * heads + h) * D + d] : 0.0f;
       panel_product(q_panel.data(), D, k_cache + g * D, row, n, st.data());  // st[key][query]
 
-      for (int64_t j = 0; j < nq; ++j) {
-        const int64_t seen = first_position + t0 + j + 1;
-        float* pj = &p[size_t(j * n)];
-        float max_score = -INFINITY;
-        for (int64_t k = 0; k < seen; ++k) max_score = std::max(max_score, pj[k] = st[size_t(k * W + j)] * scale);
-        float sum = 0;
-        for (int64_t k = 0; k < seen; ++k) sum += (pj[k] = std::exp(pj[k] - max_score));
-        std::fill(pj + seen, pj + n, 0.0f);
-        sums[size_t(j)] = sum;
-      }
+      column_softmax(st.data(), n, base, nq, scale, sums);
 
-      for (int64_t d0 = 0; d0 < D; d0 += W) {
-        const int64_t nd = std::min(W, D - d0);
-        for (int64_t k = 0; k < n; ++k) {
-          float* dst = &v_panel[size_t(k * W)];
-          std::copy_n(v_cache + k * row + g * D + d0, nd, dst);
-          std::fill(dst + nd, dst + W, 0.0f);
-        }
-        panel_product(v_panel.data(), n, p.data(), n, nq, o.data());  // o[query][dim]
-        for (int64_t j = 0; j < nq; ++j) {
-          float* oj = out + ((t0 + j) * heads + h) * D + d0;
-          for (int64_t dd = 0; dd < nd; ++dd) oj[dd] = o[size_t(j * W + dd)] / sums[size_t(j)];
-        }
+      // O^T = V^T P: the weights are the panel as they stand, V^T's rows are read in place.
+      panel_product(st.data(), n, vt.get() + g * D * keys, keys, D, ot.data());  // ot[dim][query]
+      for (int64_t j = 0; j < nq; ++j) {
+        float* oj = out + ((t0 + j) * heads + h) * D;
+        for (int64_t d = 0; d < D; ++d) oj[d] = ot[size_t(d * W + j)] / sums[j];
       }
     }
   });
