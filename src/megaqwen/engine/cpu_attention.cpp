@@ -42,6 +42,48 @@ inline int64_t zigzag(int64_t u, int64_t count) { return u % 2 == 0 ? u / 2 : co
 // its running max m, the sum s of exp(score - m) and the unnormalized sum o of exp(score - m) v; the
 // items of a token are then merged in position order (flash-decoding's split): results do not depend
 // on the thread count or on which call computed a token.
+// One work item of attention_split: the n positions of a run (k_rows, v_rows: whole cache rows) for
+// every head of one token. The dot products and the value sums are inlined 16-lane loops (the lanes
+// of cpu::dot), the exps vectorized (cpu_exp.h) and summed in position order.
+MQ_VECTOR_CLONES_AVX512 void attend_run(const float* __restrict qt, const float* __restrict k_rows,
+                                        const float* __restrict v_rows, int64_t n, int64_t heads, int64_t group,
+                                        int64_t D, float scale, float* __restrict scores, float* __restrict maxes,
+                                        float* __restrict sums, float* __restrict o) {
+  constexpr int64_t kLanes = 16;
+  const int64_t row = heads / group * D, C = kSplitPositions, body = D / kLanes * kLanes;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* k_row = k_rows + j * row;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *a = qt + h * D, *b = k_row + h / group * D;
+      float acc[kLanes] = {};
+      for (int64_t i = 0; i < body; i += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+      float dot = 0;
+      for (int64_t l = 0; l < kLanes; ++l) dot += acc[l];
+      for (int64_t i = body; i < D; ++i) dot += a[i] * b[i];
+      scores[h * C + j] = dot * scale;
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    float* sh = scores + h * C;
+    float m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, sh[j]);
+    for (int64_t j = 0; j < n; ++j) sh[j] = exp_nonpositive(sh[j] - m);
+    for (int64_t j = 0; j < n; ++j) sum += sh[j];
+    maxes[h] = m;
+    sums[h] = sum;
+  }
+  for (int64_t e = 0; e < heads * D; ++e) o[e] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* v_row = v_rows + j * row;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float p = scores[h * C + j], *x = v_row + h / group * D;
+      float* y = o + h * D;
+      for (int64_t d = 0; d < D; ++d) y[d] += p * x[d];
+    }
+  }
+}
+
 void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t D,
                      int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
                      ThreadPool& pool) {
@@ -58,26 +100,8 @@ void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_h
       const auto it = std::upper_bound(first_item.begin(), first_item.end(), int64_t(i));
       const int64_t t = (it - first_item.begin()) - 1, j0 = (int64_t(i) - first_item[size_t(t)]) * C;
       const int64_t n = std::min(C, first_position + t + 1 - j0);
-      const float* qt = q + t * heads * D;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* k_row = k_cache + (j0 + j) * row;
-        for (int64_t h = 0; h < heads; ++h)
-          scores[size_t(h * C + j)] = dot(qt + h * D, k_row + h / group * D, D) * scale;
-      }
-      float* o = &partial[i * size_t(heads * D)];
-      for (int64_t h = 0; h < heads; ++h) {
-        float* sh = &scores[size_t(h * C)];
-        float m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; ++j) m = std::max(m, sh[j]);
-        for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - m));
-        maxes[i * size_t(heads) + size_t(h)] = m;
-        sums[i * size_t(heads) + size_t(h)] = sum;
-      }
-      std::fill_n(o, heads * D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v_row = v_cache + (j0 + j) * row;
-        for (int64_t h = 0; h < heads; ++h) axpy(scores[size_t(h * C + j)], v_row + h / group * D, o + h * D, D);
-      }
+      attend_run(q + t * heads * D, k_cache + j0 * row, v_cache + j0 * row, n, heads, group, D, scale, scores.data(),
+                 &maxes[i * size_t(heads)], &sums[i * size_t(heads)], &partial[i * size_t(heads * D)]);
     }
   });
 
