@@ -108,7 +108,9 @@ void block_product(const uint32_t* panel, const uint32_t* hi, const uint32_t* lo
 
 // 16 x 16 blocks of words transposed in registers; returns how many words it did (a multiple of 16).
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no such warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the intrinsics' unused _mm512_undefined_* operands
+#endif
 __attribute__((target("avx512f"))) int64_t pack_words_avx512(const uint32_t* base, int64_t words, uint32_t* packed) {
   const int64_t done = words / 16 * 16;
   for (int64_t w0 = 0; w0 < done; w0 += kPackWordBlock)

@@ -152,7 +152,7 @@ MQ_VECTOR_CLONES_AVX512 void column_softmax(float* __restrict st, int64_t n, int
     float* sk = st + k * W;
     const int64_t first_seen = k - base;
     for (int64_t j = 0; j < W; ++j) {
-      const float scaled = sk[j] * scale, s = (j >= first_seen) & (j < nq) ? scaled : -INFINITY;
+      const float scaled = sk[j] * scale, s = ((j >= first_seen) & (j < nq)) ? scaled : -INFINITY;
       sk[j] = s;
       max_score[j] = std::max(max_score[j], s);
     }
@@ -161,7 +161,7 @@ MQ_VECTOR_CLONES_AVX512 void column_softmax(float* __restrict st, int64_t n, int
     float* sk = st + k * W;
     const int64_t first_seen = k - base;
     for (int64_t j = 0; j < W; ++j) {
-      const float e = exp_nonpositive(sk[j] - max_score[j]), p = (j >= first_seen) & (j < nq) ? e : 0.0f;
+      const float e = exp_nonpositive(sk[j] - max_score[j]), p = ((j >= first_seen) & (j < nq)) ? e : 0.0f;
       sk[j] = p;
       sums[j] += p;
     }

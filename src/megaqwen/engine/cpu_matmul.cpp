@@ -80,7 +80,9 @@ std::atomic<SimdLevel>& active_level() {
 #pragma GCC diagnostic push
 // GCC 12 warns that the intrinsics' internal _mm512_undefined_* operands are uninitialized (they are
 // unused by design).
+#if !defined(__clang__)  // clang has no such warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 MQ_TARGET_AVX512 int64_t pack_bf16_avx512(const uint16_t* base, int64_t K, float* packed) {
   const int64_t done = K / 16 * 16;
   for (int64_t k32 = 0; k32 < done; k32 += kPackKBlock)
