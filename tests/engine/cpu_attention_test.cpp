@@ -93,8 +93,11 @@ TEST(CpuAttention, MatchesExactSoftmaxOnBothPathsAtEveryLevel) {
       {9, 4, 2, 16, 3},   {33, 4, 1, 48, 0},   {40, 6, 3, 128, 70}, {65, 2, 2, 8, 260}, {100, 4, 2, 64, 0},
       // Below 8 tokens the cache is split into runs of 128 positions merged afterwards: a token whose
       // positions end exactly at a run's end, the next one starting a run, and Qwen3-0.6B's heads
-      // over 8 runs.
-      {6, 8, 2, 64, 127}, {3, 16, 8, 128, 1000},
+      // over 8 runs; head sizes that leave a tail after the 16-lane dot products (40) or are all tail
+      // (8); Qwen3.5's attention heads (256).
+      {6, 8, 2, 64, 127}, {3, 16, 8, 128, 1000}, {4, 4, 2, 40, 200}, {1, 2, 1, 8, 130}, {2, 8, 2, 256, 300},
+      // A blocked prompt whose queries see far more cached keys than their own block.
+      {64, 4, 2, 256, 500},
   };
   for (SimdLevel level : {SimdLevel::kGeneric, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (level > cpu::detected_simd_level()) continue;
