@@ -36,12 +36,6 @@ constexpr int64_t kQueryBlock = kPanelWidth;
 // 0, count-1, 1, count-2, ...: the pool's contiguous chunks then get as many long items as short ones.
 inline int64_t zigzag(int64_t u, int64_t count) { return u % 2 == 0 ? u / 2 : count - 1 - u / 2; }
 
-// Decode and short prefills: a work item is one token and a run of kSplitPositions cached positions,
-// for every head. It reads whole cache rows (all kv heads of a position, contiguous), so each thread
-// streams memory in order; items split a long context across all threads. Each item keeps, per head,
-// its running max m, the sum s of exp(score - m) and the unnormalized sum o of exp(score - m) v; the
-// items of a token are then merged in position order (flash-decoding's split): results do not depend
-// on the thread count or on which call computed a token.
 // One work item of attention_split: the n positions of a run (k_rows, v_rows: whole cache rows) for
 // every head of one token. The dot products and the value sums are inlined 16-lane loops (the lanes
 // of cpu::dot), the exps vectorized (cpu_exp.h) and summed in position order.
@@ -84,6 +78,12 @@ MQ_VECTOR_CLONES_AVX512 void attend_run(const float* __restrict qt, const float*
   }
 }
 
+// Decode and short prefills: a work item is one token and a run of kSplitPositions cached positions,
+// for every head. It reads whole cache rows (all kv heads of a position, contiguous), so each thread
+// streams memory in order; items split a long context across all threads. Each item keeps, per head,
+// its running max m, the sum s of exp(score - m) and the unnormalized sum o of exp(score - m) v; the
+// items of a token are then merged in position order (flash-decoding's split): results do not depend
+// on the thread count or on which call computed a token.
 void attention_split(const float* q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t D,
                      int64_t first_position, const float* k_cache, const float* v_cache, float scale, float* out,
                      ThreadPool& pool) {
