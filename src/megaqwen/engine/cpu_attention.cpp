@@ -193,7 +193,7 @@ void attention_blocked(const float* q, int64_t tokens, int64_t heads, int64_t kv
 
       column_softmax(st.data(), n, base, nq, scale, sums);
 
-      // O^T = V^T P: the weights are the panel as they stand, V^T's rows are read in place.
+      // O^T = V^T P^T: the weights are the panel as they stand, V^T's rows are read in place.
       panel_product(st.data(), n, vt.get() + g * D * keys, keys, D, ot.data());  // ot[dim][query]
       for (int64_t j = 0; j < nq; ++j) {
         float* oj = out + ((t0 + j) * heads + h) * D;

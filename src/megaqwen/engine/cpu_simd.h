@@ -11,7 +11,7 @@
 // ThreadSanitizer builds go without: the clones' resolvers run while the program is being loaded,
 // before the sanitizer's runtime is up, and its instrumentation of them crashes.
 // MQ_VECTOR_CLONES_AVX512 adds an AVX-512 clone (x86-64-v4) for loops that do enough arithmetic per
-// byte to gain from the wider vectors (prefill attention's softmax).
+// byte to gain from the wider vectors (prefill attention's softmax, a decode attention run).
 #if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define MQ_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #define MQ_VECTOR_CLONES_AVX512 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
