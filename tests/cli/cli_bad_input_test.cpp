@@ -533,7 +533,7 @@ TEST_F(CliBadInput, VerifyWithTheGpusBf16CacheOnTheCpu) {
   const RunResult r = run({"verify", "-m", model().string(), "-d", "cpu", "-t", "2", "--positions", "40", "--decode",
                            "8", "-n", "8", "--bf16-kv-cache", "--json", json.string()});
   ASSERT_EQ(r.status, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("candidate: cpu (2 threads, KV cache rounded to bf16)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("candidate: cpu (2 threads, KV cache rounded to bf16"), std::string::npos) << r.out;
   const ordered_json j = ordered_json::parse(read_file(json));
   for (int phase : {0, 1}) {
     const double err = j["phases"][phase]["worst_rel_error"].get<double>();

@@ -1,6 +1,7 @@
 // Behaviour of the CPU engine of its own on one fixture model (tests/fixtures/hf/gqa2_bf16: 3 layers,
-// GQA 2): truncate. What every engine does (prefill/decode consistency, chunked prefill, errors that
-// leave the engine usable, determinism across thread counts) is in engine_contract_test.cpp.
+// GQA 2): truncate; and, on synthetic models, that weights in huge pages change no logit. What every
+// engine does (prefill/decode consistency, chunked prefill, errors that leave the engine usable,
+// determinism across thread counts) is in engine_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,9 +12,13 @@
 #include "engine/hf_fixture.h"
 #include "megaqwen/engine/cpu_amx_matmul.h"
 #include "megaqwen/engine/cpu_engine.h"
+#include "megaqwen/engine/create_engine.h"
 #include "megaqwen/engine/generator.h"
 #include "megaqwen/model/model.h"
+#include "megaqwen/model/synth.h"
 #include "megaqwen/util/error.h"
+#include "megaqwen/util/huge_pages.h"
+#include "model/model_test_util.h"
 
 namespace megaqwen {
 namespace {
@@ -213,6 +218,42 @@ TEST_F(CpuEngineTest, AmxPrefillStaysNearTheFp32Logits) {
   const std::span<const float> decoded = plain.decode(ids_[40]);
   const std::vector<float> next_plain(decoded.begin(), decoded.end());
   EXPECT_LT(relative_max_error(amx.decode(ids_[40]), next_plain), 3e-2);
+}
+
+// Weights in huge pages (the default) against weights read from the file's map: the same values at
+// the same addresses, so the same logits bit for bit; the device line says which. The tiny synthetic
+// model (~20 MB) is over a huge page; two loads of it, one left mapped.
+TEST(CpuEngineWeightPages, HugePagesChangeNoLogit) {
+  for (const char* preset : {"tiny", "tiny-hybrid"}) {
+    const std::filesystem::path dir = test::scratch_dir(preset);
+    write_synthetic_model({.preset = preset, .seed = 11, .dtype = DType::BF16, .out_dir = dir, .tokenizer_dir = {}, .threads = 2});
+    const auto mapped_model = load_model(dir.string()), moved_model = load_model(dir.string());
+    const EngineOptions base{.device = "cpu", .context = 64, .threads = 2, .quiet = true};
+    EngineOptions mapped_options = base, moved_options = base;
+    mapped_options.huge_page_weights = false;
+    auto mapped = create_engine(mapped_model, mapped_options);
+    auto moved = create_engine(moved_model, moved_options);
+    EXPECT_FALSE(mapped_model->checkpoint->in_huge_pages());
+    EXPECT_EQ(mapped->device_name().find("huge pages"), std::string::npos) << mapped->device_name();
+    std::string why;
+    if (huge_pages::available(&why)) {
+      EXPECT_TRUE(moved_model->checkpoint->in_huge_pages()) << preset;
+      EXPECT_NE(moved->device_name().find(", weights in huge pages"), std::string::npos) << moved->device_name();
+    } else {
+      EXPECT_EQ(moved->device_name(), mapped->device_name()) << why;
+    }
+    const std::vector<int32_t> prompt = {9, 8, 7, 6, 5, 4, 3, 2, 1, 100, 200, 300};
+    const auto a = mapped->prefill(prompt);
+    const std::vector<float> first(a.begin(), a.end());
+    const auto b = moved->prefill(prompt);
+    ASSERT_EQ(first, std::vector<float>(b.begin(), b.end())) << preset;
+    for (int32_t token : {17, 4242, 31337}) {
+      const auto x = mapped->decode(token);
+      const std::vector<float> expected(x.begin(), x.end());
+      const auto y = moved->decode(token);
+      ASSERT_EQ(expected, std::vector<float>(y.begin(), y.end())) << preset << ", token " << token;
+    }
+  }
 }
 
 }  // namespace

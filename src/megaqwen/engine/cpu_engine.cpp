@@ -24,7 +24,8 @@ CpuEngine::CpuEngine(std::shared_ptr<const Model> model, CpuEngineOptions option
     : model_(std::move(model)),
       pool_(options.threads),
       bf16_kv_cache_(options.bf16_kv_cache),
-      products_(CpuProducts::from(options)) {
+      products_(CpuProducts::from(options)),
+      weights_in_huge_pages_(place_weights_in_huge_pages(*model_, options)) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -50,12 +51,21 @@ void CpuProducts::run(const WeightMatrix& w, const float* in, int64_t tokens, fl
     cpu::matmul(w, in, tokens, out, pool);
 }
 
-std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products) {
-  return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16" : "") +
-         (products.amx_prefill ? ", prefill on AMX" : "") + ")";
+bool place_weights_in_huge_pages(const Model& model, const CpuEngineOptions& options) {
+  if (!options.huge_page_weights || !model.checkpoint) return false;
+  // The copy becomes anonymous memory the kernel cannot drop and read again as it can the file's
+  // pages; with too little memory to spare, the weights stay mapped.
+  const std::optional<uint64_t> available = available_host_memory();
+  if (available && *available < model.checkpoint->total_bytes() + (uint64_t(1) << 30)) return false;
+  return model.checkpoint->move_to_huge_pages();
 }
 
-std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_, products_); }
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products, bool huge_page_weights) {
+  return "cpu (" + std::to_string(threads) + " threads" + (bf16_kv_cache ? ", KV cache rounded to bf16" : "") +
+         (products.amx_prefill ? ", prefill on AMX" : "") + (huge_page_weights ? ", weights in huge pages" : "") + ")";
+}
+
+std::string CpuEngine::device_name() const { return cpu_device_name(pool_.size(), bf16_kv_cache_, products_, weights_in_huge_pages_); }
 
 std::span<const float> CpuEngine::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("prefill needs at least one token");

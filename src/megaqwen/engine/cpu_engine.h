@@ -27,6 +27,10 @@ struct CpuEngineOptions {
   // tile units, the input split into bf16 hi + lo (cpu_amx_matmul.h), where the processor has them;
   // elsewhere this changes nothing. Decode stays fp32. Off by default: the engine is the fp32 oracle.
   bool amx_prefill = false;
+  // Put the weights into transparent huge pages at construction (Checkpoint::move_to_huge_pages):
+  // decode streams them ~20% faster than from the file's 4 KiB pages. Off (--no-huge-pages): they
+  // stay mapped from the file, shared with the page cache and read in as first touched.
+  bool huge_page_weights = true;
 };
 
 // How the CPU engines multiply: cpu::matmul; of the input rounded to bf16 (bf16_matmul_inputs); or,
@@ -38,9 +42,13 @@ struct CpuProducts {
   void run(const WeightMatrix& w, const float* in, int64_t tokens, float* out, ThreadPool& pool) const;
 };
 
-// The CPU engines' device line: "cpu (N threads)", what the cache rounds to when it is not fp32, and
-// whether prefill runs on AMX.
-std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products);
+// What the CPU engines do with options.huge_page_weights: moves the model's weights into huge pages
+// where the kernel has them and the machine has the memory to spare; true when they are there.
+bool place_weights_in_huge_pages(const Model& model, const CpuEngineOptions& options);
+
+// The CPU engines' device line: "cpu (N threads)", what the cache rounds to when it is not fp32,
+// whether prefill runs on AMX and whether the weights are in huge pages.
+std::string cpu_device_name(size_t threads, bool bf16_kv_cache, const CpuProducts& products, bool huge_page_weights);
 
 class CpuEngine final : public Engine {
  public:
@@ -77,6 +85,7 @@ class CpuEngine final : public Engine {
   ThreadPool pool_;
   bool bf16_kv_cache_ = false;
   CpuProducts products_;
+  bool weights_in_huge_pages_ = false;
   int context_ = 0;
   int position_ = 0;
   std::vector<float> inv_freq_;     // [D/2] RoPE frequencies

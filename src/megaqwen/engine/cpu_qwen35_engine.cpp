@@ -37,7 +37,8 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
       }()),
       pool_(options.threads),
       bf16_kv_cache_(options.bf16_kv_cache),
-      products_(CpuProducts::from(options)) {
+      products_(CpuProducts::from(options)),
+      weights_in_huge_pages_(place_weights_in_huge_pages(*model_, options)) {
   const ModelConfig& c = model_->config;
   context_ = options.context > 0 ? options.context : std::min(c.context_limit(), kDefaultContext);
   c.check_context(context_);
@@ -60,7 +61,7 @@ CpuHybridEngine::CpuHybridEngine(std::shared_ptr<const Model> model, CpuEngineOp
 }
 
 std::string CpuHybridEngine::device_name() const {
-  return cpu_device_name(pool_.size(), bf16_kv_cache_, products_);
+  return cpu_device_name(pool_.size(), bf16_kv_cache_, products_, weights_in_huge_pages_);
 }
 
 std::span<const float> CpuHybridEngine::prefill(std::span<const int32_t> tokens) {

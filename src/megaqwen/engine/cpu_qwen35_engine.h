@@ -84,6 +84,7 @@ class CpuHybridEngine final : public Engine {
   ThreadPool pool_;
   bool bf16_kv_cache_ = false;
   CpuProducts products_;
+  bool weights_in_huge_pages_ = false;
   int context_ = 0;
   int position_ = 0;
   std::vector<int> slot_;            // [L]: the layer's index among the layers of its type

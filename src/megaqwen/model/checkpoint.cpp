@@ -1,5 +1,6 @@
 #include "megaqwen/model/checkpoint.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -85,6 +86,31 @@ uint64_t Checkpoint::total_bytes() const {
   uint64_t n = 0;
   for (const auto& [name, t] : tensors_) n += t.byte_size();
   return n;
+}
+
+bool Checkpoint::move_to_huge_pages(std::string* why) const {
+  for (const auto& map : maps_) {
+    std::string reason;
+    if (!map->move_to_huge_pages(&reason)) {
+      if (why) *why = map->path() + ": " + reason;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Checkpoint::in_huge_pages() const {
+  return std::all_of(maps_.begin(), maps_.end(), [](const auto& map) { return map->in_huge_pages(); });
+}
+
+std::optional<uint64_t> Checkpoint::huge_page_bytes() const {
+  uint64_t total = 0;
+  for (const auto& map : maps_) {
+    const std::optional<uint64_t> bytes = map->huge_page_bytes();
+    if (!bytes) return std::nullopt;
+    total += *bytes;
+  }
+  return total;
 }
 
 fs::path resolve_model_dir(const std::string& model) {
