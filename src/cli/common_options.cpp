@@ -25,9 +25,10 @@ void ModelArgs::add_to(CLI::App* cmd, bool with_engine) {
                 "CPU: prefill's matrix products on the AMX tile units of Xeons since Sapphire Rapids (the input "
                 "split into two bf16 parts, as the CUDA prefill does): faster prefill, results within ~1e-5 of "
                 "the fp32 reference");
-  cmd->add_flag("--no-huge-pages{false}", engine.huge_page_weights,
-                "CPU: leave the weights mapped from the file instead of copying them into transparent huge "
-                "pages (less memory of its own, slower decode)");
+  cmd->add_flag("--no-huge-pages{false}", engine.huge_pages,
+                "CPU: leave the weights in the file's map as the kernel maps it and the KV cache in plain memory; "
+                "by default both are put in transparent huge pages (for the weights the page cache's own, or a "
+                "copy where it has none): decode ~25% faster");
   cmd->add_option("--decode-kernel", engine.decode_kernel,
                   "CUDA decode: auto (the megakernel where a compiled Qwen3 shape and an sm_90 GPU allow it), "
                   "megakernel or per-op")

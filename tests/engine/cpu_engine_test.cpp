@@ -230,7 +230,7 @@ TEST(CpuEngineWeightPages, HugePagesChangeNoLogit) {
     const auto mapped_model = load_model(dir.string()), moved_model = load_model(dir.string());
     const EngineOptions base{.device = "cpu", .context = 64, .threads = 2, .quiet = true};
     EngineOptions mapped_options = base, moved_options = base;
-    mapped_options.huge_page_weights = false;
+    mapped_options.huge_pages = false;
     auto mapped = create_engine(mapped_model, mapped_options);
     auto moved = create_engine(moved_model, moved_options);
     EXPECT_FALSE(mapped_model->checkpoint->in_huge_pages());

@@ -1,7 +1,8 @@
-// MappedFile and huge_pages: the map starts on a 2 MiB boundary; move_to_huge_pages() keeps the
-// address and every byte (a tail that is not a whole page, more than one piece), reads the file it
-// mapped even after another took its name, refuses a file that shrank and a file under one huge page
-// with the mapping left as it was; backed_bytes() reads smaps.
+// MappedFile and huge_pages: the map starts on a 2 MiB boundary; use_huge_pages() keeps the address
+// and every byte, whether it takes the page cache's own huge pages or copies (a tail that is not a
+// whole page, more than one piece); the copy reads the file it mapped even after another took its
+// name; a file that shrank and a file under one huge page are refused with the mapping left as it
+// was; backed_bytes() reads smaps.
 #include "megaqwen/util/mapped_file.h"
 
 #include <gtest/gtest.h>
@@ -51,7 +52,7 @@ TEST(MappedFile, StartsOnAHugePageBoundary) {
   EXPECT_TRUE(same_bytes(file, bytes));
 }
 
-TEST(MappedFile, MoveToHugePagesKeepsTheAddressAndEveryByte) {
+TEST(MappedFile, CopyToHugePagesKeepsTheAddressAndEveryByte) {
   std::string why;
   if (!huge_pages::available(&why)) GTEST_SKIP() << why;
   // Three 32 MiB pieces, the last one short and ending inside a page.
@@ -60,12 +61,13 @@ TEST(MappedFile, MoveToHugePagesKeepsTheAddressAndEveryByte) {
   write_file(path, bytes);
   MappedFile file(path.string());
   const uintptr_t before = address_of(file);
-  EXPECT_FALSE(file.in_huge_pages());
-  ASSERT_TRUE(file.move_to_huge_pages(&why)) << why;
-  EXPECT_TRUE(file.in_huge_pages());
+  EXPECT_EQ(file.huge_pages(), MappedFile::HugePages::kNo);
+  ASSERT_EQ(file.use_huge_pages(MappedFile::Copy::kAlways, &why), MappedFile::HugePages::kCopied) << why;
+  EXPECT_EQ(file.huge_pages(), MappedFile::HugePages::kCopied);
   EXPECT_EQ(address_of(file), before);
   EXPECT_TRUE(same_bytes(file, bytes));
-  EXPECT_TRUE(file.move_to_huge_pages());  // a second call: already there
+  // A second call: already there, whatever it asks.
+  EXPECT_EQ(file.use_huge_pages(MappedFile::Copy::kNever), MappedFile::HugePages::kCopied);
   EXPECT_TRUE(same_bytes(file, bytes));
   // No longer the file's pages: changing the file does not show through.
   write_file(path, random_bytes(bytes.size(), 3));
@@ -75,7 +77,35 @@ TEST(MappedFile, MoveToHugePagesKeepsTheAddressAndEveryByte) {
   EXPECT_LE(*backed, bytes.size() + huge_pages::kHugePage);
 }
 
-TEST(MappedFile, MoveReadsTheFileItMappedNotTheOneNowAtItsPath) {
+// The default: the page cache's own huge pages where this kernel and file system give them (then at
+// least 90% of the map is in them), a copy otherwise; never a copy under kNever.
+TEST(MappedFile, UseHugePagesTakesThePageCachesOwnOrCopies) {
+  std::string why;
+  if (!huge_pages::available(&why)) GTEST_SKIP() << why;
+  const fs::path path = test::scratch_dir() / "weights.bin";
+  const auto bytes = random_bytes(size_t(40) << 20, 8);
+  write_file(path, bytes);
+  {
+    MappedFile file(path.string());
+    const MappedFile::HugePages got = file.use_huge_pages(MappedFile::Copy::kIfNeeded, &why);
+    ASSERT_NE(got, MappedFile::HugePages::kNo) << why;
+    EXPECT_TRUE(same_bytes(file, bytes));
+    if (got == MappedFile::HugePages::kFilePages) {
+      const auto backed = file.huge_page_bytes();
+      ASSERT_TRUE(backed.has_value());
+      EXPECT_GE(*backed, bytes.size() / 10 * 9);
+    }
+  }
+  MappedFile file(path.string());
+  const MappedFile::HugePages got = file.use_huge_pages(MappedFile::Copy::kNever, &why);
+  EXPECT_NE(got, MappedFile::HugePages::kCopied);
+  if (got == MappedFile::HugePages::kNo) {
+    EXPECT_EQ(why, "the page cache maps it in 4 KiB pages, and no copy was allowed");
+  }
+  EXPECT_TRUE(same_bytes(file, bytes));
+}
+
+TEST(MappedFile, CopyReadsTheFileItMappedNotTheOneNowAtItsPath) {
   std::string why;
   if (!huge_pages::available(&why)) GTEST_SKIP() << why;
   const fs::path dir = test::scratch_dir();
@@ -84,29 +114,30 @@ TEST(MappedFile, MoveReadsTheFileItMappedNotTheOneNowAtItsPath) {
   MappedFile file((dir / "model.bin").string());
   write_file(dir / "replacement.bin", random_bytes(original.size(), 5));
   fs::rename(dir / "replacement.bin", dir / "model.bin");
-  ASSERT_TRUE(file.move_to_huge_pages(&why)) << why;
+  ASSERT_EQ(file.use_huge_pages(MappedFile::Copy::kAlways, &why), MappedFile::HugePages::kCopied) << why;
   EXPECT_TRUE(same_bytes(file, original));
 }
 
-TEST(MappedFile, MoveRefusesAFileThatShrankAndLeavesTheMap) {
+TEST(MappedFile, RefusesAFileThatShrankAndLeavesTheMap) {
   std::string why;
   if (!huge_pages::available(&why)) GTEST_SKIP() << why;
   const fs::path path = test::scratch_dir() / "shrinks.bin";
   write_file(path, random_bytes(size_t(8) << 20, 6));
   MappedFile file(path.string());
   fs::resize_file(path, size_t(1) << 20);
-  EXPECT_FALSE(file.move_to_huge_pages(&why));
+  // The populate faults on the missing pages, so the copy finds the file short.
+  EXPECT_EQ(file.use_huge_pages(MappedFile::Copy::kIfNeeded, &why), MappedFile::HugePages::kNo);
   EXPECT_EQ(why, "the file is shorter than when it was mapped");
-  EXPECT_FALSE(file.in_huge_pages());
+  EXPECT_EQ(file.huge_pages(), MappedFile::HugePages::kNo);
 }
 
-TEST(MappedFile, MoveRefusesAFileUnderOneHugePage) {
+TEST(MappedFile, RefusesAFileUnderOneHugePage) {
   const fs::path path = test::scratch_dir() / "tiny.bin";
   const auto bytes = random_bytes(huge_pages::kHugePage - 1, 7);
   write_file(path, bytes);
   MappedFile file(path.string());
   std::string why;
-  EXPECT_FALSE(file.move_to_huge_pages(&why));
+  EXPECT_EQ(file.use_huge_pages(MappedFile::Copy::kAlways, &why), MappedFile::HugePages::kNo);
   EXPECT_EQ(why, "the file is smaller than one huge page");
   EXPECT_TRUE(same_bytes(file, bytes));
 }

@@ -71,7 +71,7 @@ std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const 
   cpu.threads = options.threads;
   cpu.bf16_kv_cache = options.bf16_kv_cache;
   cpu.amx_prefill = options.amx_prefill;
-  cpu.huge_page_weights = options.huge_page_weights;
+  cpu.huge_pages = options.huge_pages;
   std::string no_amx;
   if (options.amx_prefill && !cpu::amx_available(&no_amx) && !options.quiet)
     std::fprintf(stderr, "megaqwen: --amx-prefill needs AMX (%s); prefill stays fp32\n", no_amx.c_str());

@@ -22,8 +22,8 @@ struct EngineOptions {
   // does (CpuEngineOptions::amx_prefill); where the processor has no AMX, a line on stderr says so
   // (unless quiet) and prefill stays fp32. No effect on the CUDA engines.
   bool amx_prefill = false;
-  // CPU engines: move the weights into transparent huge pages (CpuEngineOptions::huge_page_weights).
-  bool huge_page_weights = true;
+  // CPU engines: weights and KV cache in transparent huge pages (CpuEngineOptions::huge_pages).
+  bool huge_pages = true;
 };
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const Model> model, const EngineOptions& options);

@@ -88,10 +88,10 @@ uint64_t Checkpoint::total_bytes() const {
   return n;
 }
 
-bool Checkpoint::move_to_huge_pages(std::string* why) const {
+bool Checkpoint::use_huge_pages(MappedFile::Copy copy, std::string* why) const {
   for (const auto& map : maps_) {
     std::string reason;
-    if (!map->move_to_huge_pages(&reason)) {
+    if (map->use_huge_pages(copy, &reason) == MappedFile::HugePages::kNo) {
       if (why) *why = map->path() + ": " + reason;
       return false;
     }
@@ -100,7 +100,7 @@ bool Checkpoint::move_to_huge_pages(std::string* why) const {
 }
 
 bool Checkpoint::in_huge_pages() const {
-  return std::all_of(maps_.begin(), maps_.end(), [](const auto& map) { return map->in_huge_pages(); });
+  return std::all_of(maps_.begin(), maps_.end(), [](const auto& map) { return map->huge_pages() != MappedFile::HugePages::kNo; });
 }
 
 std::optional<uint64_t> Checkpoint::huge_page_bytes() const {

@@ -37,12 +37,12 @@ class Checkpoint {
   const std::vector<std::string>& files() const { return file_names_; }
   uint64_t total_bytes() const;  // bytes of tensor data over all files
 
-  // Every file's bytes into transparent huge pages, at the same addresses (MappedFile::
-  // move_to_huge_pages): the tensors read the same values, faster when streamed. What the CPU
-  // engines do at construction; the GPU engines upload from the map and leave it be. False, with
-  // the reason, where any file stays (partly) mapped.
-  bool move_to_huge_pages(std::string* why = nullptr) const;
-  bool in_huge_pages() const;  // every file moved
+  // Every file's bytes in transparent huge pages, at the same addresses (MappedFile::use_huge_pages:
+  // the page cache's own, or a copy): the tensors read the same values, faster when streamed. What
+  // the CPU engines do at construction; the GPU engines upload from the map and leave it be. False,
+  // with the reason, where any file stays (partly) in 4 KiB pages.
+  bool use_huge_pages(MappedFile::Copy copy = MappedFile::Copy::kIfNeeded, std::string* why = nullptr) const;
+  bool in_huge_pages() const;  // every file
   // Bytes of the files the kernel backs with huge pages now (nullopt: unknown).
   std::optional<uint64_t> huge_page_bytes() const;
 

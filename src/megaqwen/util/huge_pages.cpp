@@ -44,6 +44,12 @@ void* map_aligned(size_t bytes, int prot, int flags, int fd) {
   return p;
 }
 
+void advise(void* address, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(address);
+  const uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage, last = (begin + bytes) / kHugePage * kHugePage;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
 std::optional<uint64_t> backed_bytes(const void* address, size_t bytes) {
   std::ifstream in("/proc/self/smaps");
   if (!in) return std::nullopt;
@@ -59,8 +65,11 @@ std::optional<uint64_t> backed_bytes(const void* address, size_t bytes) {
       inside = lo < end && hi > begin;
       continue;
     }
-    if (!inside || line.rfind("AnonHugePages:", 0) != 0) continue;
-    std::istringstream fields(line.substr(14));
+    if (!inside) continue;
+    const size_t colon = line.find(':');
+    const std::string field = line.substr(0, colon);
+    if (field != "AnonHugePages" && field != "FilePmdMapped" && field != "ShmemPmdMapped") continue;
+    std::istringstream fields(line.substr(colon + 1));
     uint64_t kib = 0;
     if (fields >> kib) total += kib * 1024;
   }

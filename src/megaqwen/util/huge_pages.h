@@ -23,8 +23,13 @@ bool available(std::string* why = nullptr);
 // `fd` >= 0 maps that file from offset 0). nullptr where the kernel refuses.
 void* map_aligned(size_t bytes, int prot, int flags, int fd);
 
-// Bytes of the mappings overlapping [address, address + bytes) that the kernel backs with huge pages
-// now (AnonHugePages in /proc/self/smaps); nullopt where smaps cannot be read.
+// Asks for huge pages over the whole 2 MiB pages inside [address, address + bytes) (MADV_HUGEPAGE),
+// for memory not touched yet: a std::vector's storage between reserve() and its first fill.
+void advise(void* address, size_t bytes);
+
+// Bytes of the mappings overlapping [address, address + bytes) that the kernel maps with huge pages
+// now (AnonHugePages, FilePmdMapped and ShmemPmdMapped in /proc/self/smaps); nullopt where smaps
+// cannot be read.
 std::optional<uint64_t> backed_bytes(const void* address, size_t bytes);
 
 }  // namespace megaqwen::huge_pages

@@ -6,11 +6,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "megaqwen/util/error.h"
 #include "megaqwen/util/huge_pages.h"
+
+// Linux 5.14; older kernels answer EINVAL, and the copy decides.
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 namespace megaqwen {
 
@@ -51,57 +59,87 @@ MappedFile::~MappedFile() {
   ::close(fd_);
 }
 
-bool MappedFile::move_to_huge_pages(std::string* why) {
+MappedFile::HugePages MappedFile::use_huge_pages(Copy copy, std::string* why) {
   std::lock_guard lock(move_mutex_);
-  if (moved_) return true;
+  if (huge_pages_ != HugePages::kNo) return huge_pages_;
   if (size_ < huge_pages::kHugePage) {
     if (why) *why = "the file is smaller than one huge page";
-    return false;
+    return HugePages::kNo;
   }
-  if (!huge_pages::available(why)) return false;
+  if (!huge_pages::available(why)) return HugePages::kNo;
   const size_t length = page_rounded(size_);
   auto* const target = const_cast<uint8_t*>(data_);
-  for (size_t offset = 0; offset < length; offset += kMovePiece) {
-    const size_t piece = std::min(kMovePiece, length - offset);
-    void* fresh = huge_pages::map_aligned(piece, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
-    if (!fresh) {
-      // The pieces moved so far stay moved (same bytes); the rest stays mapped from the file.
-      if (why) *why = "out of memory after " + std::to_string(offset >> 20) + " MiB";
-      return false;
-    }
-    ::madvise(fresh, piece, MADV_HUGEPAGE);  // a no-op where THP is "always"
-    // Read from the file, not copied from the map: no page faults on the file's pages (measured 2-3x
-    // faster, Qwen3-0.6B: ~0.3 s added to the start against 1-4 s).
-    const size_t want = std::min(piece, size_ - offset);  // the rest of the last page stays zero
-    size_t got = 0;
-    int error = 0;
-    while (got < want) {
-      const ssize_t n = ::pread(fd_, static_cast<uint8_t*>(fresh) + got, want - got, off_t(offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) error = errno;
-      if (n <= 0) break;
-      got += size_t(n);
-    }
-    if (got < want) {
-      ::munmap(fresh, piece);
-      if (why) *why = error ? std::string("cannot read it: ") + std::strerror(error) : "the file is shorter than when it was mapped";
-      return false;
-    }
-    ::mprotect(fresh, piece, PROT_READ);
-    if (::mremap(fresh, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED, target + offset) == MAP_FAILED) {
-      error = errno;
-      ::munmap(fresh, piece);
-      if (why) *why = std::string("mremap failed: ") + std::strerror(error);
-      return false;
-    }
+  // The page cache's own huge pages, where it has them for this file: at least 90% mapped so (the
+  // tail past the last 2 MiB boundary never is). A failed populate (old kernel; a file that shrank)
+  // leaves the question to the copy.
+  if (copy != Copy::kAlways && ::madvise(target, length, MADV_POPULATE_READ) == 0) {
+    const std::optional<uint64_t> backed = huge_pages::backed_bytes(target, length);
+    if (backed && *backed >= length / 10 * 9) return huge_pages_ = HugePages::kFilePages;
   }
-  moved_ = true;
-  return true;
+  if (copy == Copy::kNever) {
+    if (why) *why = "the page cache maps it in 4 KiB pages, and no copy was allowed";
+    return HugePages::kNo;
+  }
+  // Pieces on several threads: most of the time is the kernel finding free 2 MiB pages (compacting
+  // memory where it is fragmented), which runs in parallel.
+  const size_t pieces = (length + kMovePiece - 1) / kMovePiece;
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  auto work = [&] {
+    for (size_t i = next++; i < pieces; i = next++) {
+      const size_t offset = i * kMovePiece;
+      std::string error = copy_piece(offset, std::min(kMovePiece, length - offset));
+      if (error.empty()) continue;
+      std::lock_guard error_lock(error_mutex);
+      if (first_error.empty()) first_error = std::move(error);
+      next = pieces;  // the pieces moved so far stay moved (same bytes); the rest stays mapped
+    }
+  };
+  const size_t workers = std::min<size_t>({pieces, std::max(1u, std::thread::hardware_concurrency()), 8});
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (!first_error.empty()) {
+    if (why) *why = first_error;
+    return HugePages::kNo;
+  }
+  return huge_pages_ = HugePages::kCopied;
 }
 
-bool MappedFile::in_huge_pages() const {
+std::string MappedFile::copy_piece(size_t offset, size_t piece) {
+  void* fresh = huge_pages::map_aligned(piece, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+  if (!fresh) return "out of memory";
+  ::madvise(fresh, piece, MADV_HUGEPAGE);  // a no-op where THP is "always"
+  // Read from the file, not copied from the map: no page faults on the file's pages (measured 2-3x
+  // faster).
+  const size_t want = std::min(piece, size_ - offset);  // the rest of the last page stays zero
+  size_t got = 0;
+  int error = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(fd_, static_cast<uint8_t*>(fresh) + got, want - got, off_t(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  if (got < want) {
+    ::munmap(fresh, piece);
+    return error ? std::string("cannot read it: ") + std::strerror(error) : "the file is shorter than when it was mapped";
+  }
+  ::mprotect(fresh, piece, PROT_READ);
+  if (::mremap(fresh, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<uint8_t*>(data_) + offset) == MAP_FAILED) {
+    error = errno;
+    ::munmap(fresh, piece);
+    return std::string("mremap failed: ") + std::strerror(error);
+  }
+  return {};
+}
+
+MappedFile::HugePages MappedFile::huge_pages() const {
   std::lock_guard lock(move_mutex_);
-  return moved_;
+  return huge_pages_;
 }
 
 std::optional<uint64_t> MappedFile::huge_page_bytes() const {
