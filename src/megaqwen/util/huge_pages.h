@@ -1,7 +1,7 @@
 // Transparent huge pages (2 MiB) for memory a CPU engine streams end to end every token: the
 // weights. With 4 KiB pages a decode step that reads 1.2 GB misses the TLB every 4 KiB and the
-// hardware prefetchers restart at every page; in 2 MiB pages the same GEMVs read at the machine's
-// machine's bandwidth far better (Qwen3-0.6B decode 1.08-1.27x on 2 threads, docs/PERFORMANCE.md).
+// hardware prefetchers restart at every page; in 2 MiB pages the same GEMVs use the machine's
+// bandwidth far better (Qwen3-0.6B decode 1.08-1.27x on 2 threads, docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>
